@@ -1,0 +1,60 @@
+# acemq-flow — see README.md. Every target works on a fresh machine with Go;
+# `make services` installs and starts RabbitMQ and PostgreSQL when missing.
+
+GO        ?= go
+BIN       := bin
+PLUGINS   := $(notdir $(wildcard examples/plugins/*))
+GO_PLUGINS:= $(foreach p,$(PLUGINS),$(if $(wildcard examples/plugins/$(p)/main.go),$(p)))
+FLOWS     ?= examples/flows
+
+export ACEMQ_TEST_AMQP_URL     ?= amqp://guest:guest@127.0.0.1:5672/
+export ACEMQ_TEST_POSTGRES_URL ?= postgres://postgres@127.0.0.1:5432/test?sslmode=disable
+export CGO_ENABLED             ?= 0
+
+.PHONY: all build test run bench chaos chaos-short generate lint services fuzz clean
+
+all: build
+
+build:
+	@mkdir -p $(BIN)/plugins
+	$(GO) build -trimpath -o $(BIN)/acemq-flow ./cmd/acemq-flow
+	@for p in $(GO_PLUGINS); do \
+		echo "$(GO) build -o $(BIN)/plugins/$$p ./examples/plugins/$$p"; \
+		$(GO) build -trimpath -o $(BIN)/plugins/$$p ./examples/plugins/$$p || exit 1; \
+	done
+
+services:
+	@scripts/services.sh
+
+# The test command CI runs (.ci/run): every package against the real broker
+# and database, then a short fuzz of the flow loader.
+test: services build
+	$(GO) vet ./...
+	$(GO) test -count=1 -timeout 25m ./...
+	$(GO) test -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime 15s ./spec
+
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime 5m ./spec
+
+run: services build
+	$(BIN)/acemq-flow validate $(FLOWS)
+	$(BIN)/acemq-flow plan $(FLOWS)
+
+bench: services build
+	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 ./test/bench/...
+
+chaos: services build
+	$(GO) test -count=1 -p 1 -tags chaos -timeout 60m ./test/chaos/...
+
+chaos-short: services build
+	$(GO) test -count=1 -p 1 -tags chaos -short -timeout 15m ./test/chaos/...
+
+generate:
+	@scripts/generate.sh
+
+lint:
+	$(GO) vet ./...
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
+
+clean:
+	rm -rf $(BIN)
