@@ -1,0 +1,423 @@
+package spec
+
+import (
+	"encoding/json"
+	"fmt"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+)
+
+// builder turns a schema-checked node tree into a Flow, filling defaults.
+// The schema has already checked shapes, so the builder only reads; it
+// still never assumes a value is there.
+type builder struct {
+	file string // the file's display name, for positions
+	dir  string // the file's folder in the file system
+	root string // OS path of the file system's root, for plugin commands
+	d    *diags
+}
+
+func (b *builder) flow(n *node) *Flow {
+	f := &Flow{Pos: n.pos, File: b.file, Dir: path.Dir(b.file), plugins: map[string]*Plugin{}, types: map[string]*Type{}}
+	f.Version, _ = b.str(n, "version")
+	f.Name, _ = b.str(n, "name")
+	f.Defaults = b.defaults(n.get("defaults"), n.pos)
+	if ps := n.get("plugins"); ps != nil && ps.kind == kMap {
+		for i, k := range ps.keys {
+			p := b.plugin(k.value.(string), ps.vals[i], k.pos, b.dir)
+			f.Plugins = append(f.Plugins, p)
+			f.plugins[p.Name] = p
+		}
+		sort.Slice(f.Plugins, func(i, j int) bool { return f.Plugins[i].Name < f.Plugins[j].Name })
+	}
+	if ts := n.get("types"); ts != nil && ts.kind == kMap {
+		for i, k := range ts.keys {
+			v := ts.vals[i]
+			t := &Type{Pos: k.pos, Name: k.value.(string)}
+			t.Ref, _ = b.str(v, "$ref")
+			raw, _ := json.Marshal(v.toJSON())
+			t.Schema = raw
+			f.Types = append(f.Types, t)
+			f.types[t.Name] = t
+		}
+		sort.Slice(f.Types, func(i, j int) bool { return f.Types[i].Name < f.Types[j].Name })
+	}
+	for _, pn := range b.items(n, "pipelines") {
+		f.Pipelines = append(f.Pipelines, b.pipeline(pn, f.Defaults))
+	}
+	for _, in := range b.items(n, "itineraries") {
+		f.Itineraries = append(f.Itineraries, b.itinerary(in))
+	}
+	for _, cn := range b.items(n, "consumers") {
+		f.Consumers = append(f.Consumers, b.consumer(cn, f.Defaults))
+	}
+	for _, sn := range b.items(n, "sagas") {
+		f.Sagas = append(f.Sagas, b.saga(sn))
+	}
+	for _, sn := range b.items(n, "schedules") {
+		f.Schedules = append(f.Schedules, b.schedule(sn))
+	}
+	f.Topology = b.topology(n.get("topology"), n.pos, f.Defaults)
+	return f
+}
+
+func (b *builder) items(n *node, key string) []*node {
+	v := n.get(key)
+	if v == nil || v.kind != kSeq {
+		return nil
+	}
+	var out []*node
+	for _, it := range v.items {
+		if it.kind == kMap {
+			out = append(out, it)
+		}
+	}
+	return out
+}
+
+func (b *builder) str(n *node, key string) (string, Pos) {
+	v := n.get(key)
+	if v == nil {
+		return "", n.pos
+	}
+	s, ok := v.str()
+	if !ok && v.kind == kScalar && v.value != nil {
+		s = fmt.Sprint(v.value)
+	}
+	return s, v.pos
+}
+
+func (b *builder) int(n *node, key string) (int, bool) {
+	v := n.get(key)
+	if v == nil || v.kind != kScalar {
+		return 0, false
+	}
+	switch x := v.value.(type) {
+	case int64:
+		return int(x), true
+	case float64:
+		return int(x), true
+	}
+	return 0, false
+}
+
+func (b *builder) bool(n *node, key string) (val, set bool) {
+	v := n.get(key)
+	if v == nil || v.kind != kScalar {
+		return false, false
+	}
+	x, ok := v.value.(bool)
+	return x, ok
+}
+
+func (b *builder) float(n *node, key string) (float64, bool) {
+	v := n.get(key)
+	if v == nil || v.kind != kScalar {
+		return 0, false
+	}
+	switch x := v.value.(type) {
+	case int64:
+		return float64(x), true
+	case float64:
+		return x, true
+	}
+	return 0, false
+}
+
+func (b *builder) duration(n *node, key string) (time.Duration, Pos, bool) {
+	s, pos := b.str(n, key)
+	if s == "" {
+		return 0, pos, false
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		b.d.errorf(pos, "bad-duration", `write a duration such as "500ms", "2s", "15m" or "1h"`,
+			"%s %q is not a duration", key, s)
+		return 0, pos, false
+	}
+	if d < 0 {
+		b.d.errorf(pos, "bad-duration", "use a positive duration", "%s %q is negative", key, s)
+		return 0, pos, false
+	}
+	return d, pos, true
+}
+
+func (b *builder) defaults(n *node, at Pos) Defaults {
+	d := Defaults{Pos: at, QueueType: DefaultQueueType, Prefetch: DefaultPrefetch, Concurrency: DefaultConcurrency, Retry: DefaultRetry}
+	if n == nil || n.kind != kMap {
+		return d
+	}
+	d.Pos = n.pos
+	if s, _ := b.str(n, "queue_type"); s != "" {
+		d.QueueType = s
+	}
+	if v, ok := b.int(n, "prefetch"); ok {
+		d.Prefetch = v
+	}
+	if v, ok := b.int(n, "concurrency"); ok {
+		d.Concurrency = v
+	}
+	d.Idempotent, _ = b.bool(n, "idempotent")
+	d.Retry = b.retry(n.get("retry"), DefaultRetry, d.Pos)
+	return d
+}
+
+// retry reads a retry policy; fields left out come from base (the file's
+// defaults.retry, itself filled from the built-in policy).
+func (b *builder) retry(n *node, base Retry, at Pos) Retry {
+	r := base
+	r.Pos = at
+	if n == nil || n.kind != kMap {
+		return r
+	}
+	r.Pos = n.pos
+	if v, ok := b.int(n, "max_attempts"); ok {
+		r.MaxAttempts = v
+	}
+	if v, _, ok := b.duration(n, "initial_delay"); ok {
+		r.InitialDelay = v
+	}
+	if v, _, ok := b.duration(n, "max_delay"); ok {
+		r.MaxDelay = v
+	}
+	if v, ok := b.float(n, "jitter"); ok {
+		r.Jitter = v
+	}
+	if r.InitialDelay > r.MaxDelay {
+		b.d.errorf(n.pos, "retry-delays", "make initial_delay at most max_delay",
+			"retry initial_delay %s is longer than max_delay %s", r.InitialDelay, r.MaxDelay)
+	}
+	if r.InitialDelay < time.Millisecond {
+		b.d.errorf(n.pos, "retry-delays", "use at least 1ms", "retry initial_delay %s is shorter than a millisecond", r.InitialDelay)
+	}
+	return r
+}
+
+func (b *builder) plugin(name string, n *node, at Pos, dir string) *Plugin {
+	p := &Plugin{Pos: at, Name: name, Timeout: DefaultTimeout}
+	p.Command, _ = b.str(n, "command")
+	if p.Command != "" {
+		if filepath.IsAbs(p.Command) {
+			p.Path = filepath.Clean(p.Command)
+		} else {
+			p.Path = filepath.Join(b.root, filepath.FromSlash(path.Join(dir, p.Command)))
+		}
+	}
+	if a := n.get("args"); a != nil && a.kind == kSeq {
+		for _, it := range a.items {
+			if it.kind == kScalar && it.value != nil {
+				p.Args = append(p.Args, fmt.Sprint(it.value))
+			}
+		}
+	}
+	if e := n.get("env"); e != nil && e.kind == kMap {
+		p.Env = map[string]string{}
+		for i, k := range e.keys {
+			if v := e.vals[i]; v.kind == kScalar && v.value != nil {
+				p.Env[k.value.(string)] = fmt.Sprint(v.value)
+			} else {
+				p.Env[k.value.(string)] = ""
+			}
+		}
+	}
+	p.SHA256, _ = b.str(n, "sha256")
+	p.SHA256 = strings.ToLower(p.SHA256)
+	if v, _, ok := b.duration(n, "timeout"); ok {
+		p.Timeout = v
+	}
+	return p
+}
+
+func (b *builder) handler(n *node, key string) (HandlerRef, Pos) {
+	s, pos := b.str(n, key)
+	if s == "" {
+		return HandlerRef{}, pos
+	}
+	plugin, handler, _ := strings.Cut(s, ".")
+	return HandlerRef{Plugin: plugin, Handler: handler}, pos
+}
+
+func (b *builder) pipeline(n *node, def Defaults) *Pipeline {
+	p := &Pipeline{Pos: n.pos}
+	p.Name, _ = b.str(n, "name")
+	p.Description, _ = b.str(n, "description")
+	p.Input, p.InputPos = b.str(n, "input")
+	for _, sn := range b.items(n, "steps") {
+		s := &Step{Pos: sn.pos, AutoStartup: true}
+		s.Name, _ = b.str(sn, "name")
+		s.Description, _ = b.str(sn, "description")
+		s.Handler, s.HandlerPos = b.handler(sn, "handler")
+		s.Input, s.InputPos = b.str(sn, "input")
+		s.Output, s.OutputPos = b.str(sn, "output")
+		s.Retry = b.retry(sn.get("retry"), def.Retry, def.Retry.Pos)
+		s.Prefetch = def.Prefetch
+		if v, ok := b.int(sn, "prefetch"); ok {
+			s.Prefetch = v
+		}
+		s.Concurrency = def.Concurrency
+		if v, ok := b.int(sn, "concurrency"); ok {
+			s.Concurrency = v
+		}
+		s.Idempotent = def.Idempotent
+		if v, ok := b.bool(sn, "idempotent"); ok {
+			s.Idempotent = v
+		}
+		if v, ok := b.bool(sn, "auto_startup"); ok {
+			s.AutoStartup = v
+		}
+		s.QueueType = def.QueueType
+		if v, _ := b.str(sn, "queue_type"); v != "" {
+			s.QueueType = v
+		}
+		if v, pos, ok := b.duration(sn, "delay"); ok {
+			s.Delay, s.DelayPos = v, pos
+		}
+		p.Steps = append(p.Steps, s)
+	}
+	return p
+}
+
+func (b *builder) itinerary(n *node) *Itinerary {
+	it := &Itinerary{Pos: n.pos}
+	it.Name, _ = b.str(n, "name")
+	it.Description, _ = b.str(n, "description")
+	it.Input, it.InputPos = b.str(n, "input")
+	for _, sn := range b.items(n, "stops") {
+		s := &Stop{Pos: sn.pos}
+		s.Name, _ = b.str(sn, "name")
+		s.Exchange, _ = b.str(sn, "exchange")
+		s.RoutingKey, _ = b.str(sn, "routing_key")
+		s.When = b.when(sn)
+		it.Stops = append(it.Stops, s)
+	}
+	return it
+}
+
+func (b *builder) when(n *node) Condition {
+	src, pos := b.str(n, "when")
+	return Condition{Source: src, Pos: pos}
+}
+
+func (b *builder) consumer(n *node, def Defaults) *Consumer {
+	c := &Consumer{Pos: n.pos, AutoStartup: true}
+	c.ID, _ = b.str(n, "id")
+	c.Description, _ = b.str(n, "description")
+	c.Queue, c.QueuePos = b.str(n, "queue")
+	c.Handler, c.HandlerPos = b.handler(n, "handler")
+	c.Input, c.InputPos = b.str(n, "input")
+	c.Output, c.OutputPos = b.str(n, "output")
+	for _, bn := range b.items(n, "bind") {
+		bd := &Binding{Pos: bn.pos}
+		bd.Exchange, _ = b.str(bn, "exchange")
+		bd.RoutingKey, _ = b.str(bn, "routing_key")
+		c.Bind = append(c.Bind, bd)
+	}
+	if dn := n.get("declare"); dn != nil && dn.kind == kMap {
+		c.Declare = b.queue(dn, def)
+		c.Declare.Name = c.Queue
+	}
+	c.Prefetch = def.Prefetch
+	if v, ok := b.int(n, "prefetch"); ok {
+		c.Prefetch = v
+	}
+	c.Concurrency = def.Concurrency
+	if v, ok := b.int(n, "concurrency"); ok {
+		c.Concurrency = v
+	}
+	if v, ok := b.bool(n, "auto_startup"); ok {
+		c.AutoStartup = v
+	}
+	c.Idempotent = def.Idempotent
+	if v, ok := b.bool(n, "idempotent"); ok {
+		c.Idempotent = v
+	}
+	c.Retry = b.retry(n.get("retry"), def.Retry, def.Retry.Pos)
+	return c
+}
+
+func (b *builder) queue(n *node, def Defaults) *Queue {
+	q := &Queue{Pos: n.pos, Type: def.QueueType}
+	q.Name, _ = b.str(n, "name")
+	if v, _ := b.str(n, "type"); v != "" {
+		q.Type = v
+	}
+	q.DeadLetter, _ = b.bool(n, "dead_letter")
+	if a := n.get("arguments"); a != nil && a.kind == kMap {
+		q.Arguments = map[string]any{}
+		for i, k := range a.keys {
+			v := a.vals[i]
+			if v.kind == kScalar {
+				q.Arguments[k.value.(string)] = v.value
+			}
+		}
+	}
+	return q
+}
+
+func (b *builder) saga(n *node) *Saga {
+	s := &Saga{Pos: n.pos}
+	s.Name, _ = b.str(n, "name")
+	s.Description, _ = b.str(n, "description")
+	s.Input, s.InputPos = b.str(n, "input")
+	for _, sn := range b.items(n, "steps") {
+		st := &SagaStep{Pos: sn.pos}
+		st.Name, _ = b.str(sn, "name")
+		st.Description, _ = b.str(sn, "description")
+		st.Handler, st.HandlerPos = b.handler(sn, "handler")
+		st.Compensate, st.CompensatePos = b.handler(sn, "compensate")
+		st.When = b.when(sn)
+		s.Steps = append(s.Steps, st)
+	}
+	return s
+}
+
+func (b *builder) schedule(n *node) *Schedule {
+	s := &Schedule{Pos: n.pos, Timezone: "UTC"}
+	s.Name, _ = b.str(n, "name")
+	s.Cron, _ = b.str(n, "cron")
+	if v, _, ok := b.duration(n, "every"); ok {
+		s.Every = v
+	}
+	if tz, _ := b.str(n, "timezone"); tz != "" {
+		s.Timezone = tz
+	}
+	if sn := n.get("send"); sn != nil && sn.kind == kMap {
+		s.Send.Pos = sn.pos
+		s.Send.Exchange, _ = b.str(sn, "exchange")
+		s.Send.RoutingKey, _ = b.str(sn, "routing_key")
+		s.Send.Pipeline, _ = b.str(sn, "pipeline")
+		s.Send.Itinerary, _ = b.str(sn, "itinerary")
+		s.Send.Saga, _ = b.str(sn, "saga")
+		if pn := sn.get("payload"); pn != nil {
+			s.Send.Payload, _ = json.Marshal(pn.toJSON())
+		}
+	}
+	return s
+}
+
+func (b *builder) topology(n *node, at Pos, def Defaults) Topology {
+	t := Topology{Pos: at, Apply: ApplyCreateOnly, MissingQueue: MissingFail}
+	if n == nil || n.kind != kMap {
+		return t
+	}
+	t.Pos = n.pos
+	if v, _ := b.str(n, "apply"); v != "" {
+		t.Apply = v
+	}
+	if v, _ := b.str(n, "missing_queue"); v != "" {
+		t.MissingQueue = v
+	}
+	for _, en := range b.items(n, "exchanges") {
+		e := &Exchange{Pos: en.pos}
+		e.Name, _ = b.str(en, "name")
+		e.Type, _ = b.str(en, "type")
+		t.Exchanges = append(t.Exchanges, e)
+	}
+	for _, qn := range b.items(n, "queues") {
+		t.Queues = append(t.Queues, b.queue(qn, def))
+	}
+	return t
+}
