@@ -1,0 +1,498 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// State is what a Conn is doing, for readiness checks.
+type State int32
+
+// The states of a Conn.
+const (
+	// StateConnecting: Open has not connected yet.
+	StateConnecting State = iota
+	// StateConnected: a connection is up.
+	StateConnected
+	// StateReconnecting: the connection was lost and is being redialled.
+	StateReconnecting
+	// StateClosed: Close was called.
+	StateClosed
+)
+
+func (s State) String() string {
+	switch s {
+	case StateConnecting:
+		return "connecting"
+	case StateConnected:
+		return "connected"
+	case StateReconnecting:
+		return "reconnecting"
+	case StateClosed:
+		return "closed"
+	}
+	return fmt.Sprintf("State(%d)", int32(s))
+}
+
+// ConnOptions configures a Conn. The zero value of every field but Name
+// selects the default given with it.
+type ConnOptions struct {
+	// Name is the connection name the broker shows (client property
+	// connection_name), e.g. "acemq-flow publish". Default "acemq-flow".
+	Name string
+	// Log receives lifecycle events; nil discards them.
+	Log *slog.Logger
+	// Heartbeat is the AMQP heartbeat interval; a silent partition is noticed
+	// after about three of them. Default 5s. A heartbeat in the URL wins.
+	Heartbeat time.Duration
+	// DialTimeout bounds one dial, TCP connect and AMQP handshake. Default 10s.
+	DialTimeout time.Duration
+	// OpTimeout bounds each blocking protocol call made by this package
+	// (channel open, qos, consume, confirm, declare). Default 10s.
+	OpTimeout time.Duration
+	// BackoffMin and BackoffMax bound the delay between reconnect attempts,
+	// which doubles per failed attempt, with jitter. Defaults 100ms and 10s.
+	BackoffMin, BackoffMax time.Duration
+}
+
+func (o *ConnOptions) defaults() {
+	if o.Name == "" {
+		o.Name = "acemq-flow"
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.Heartbeat <= 0 {
+		o.Heartbeat = 5 * time.Second
+	}
+	if o.DialTimeout <= 0 {
+		o.DialTimeout = 10 * time.Second
+	}
+	if o.OpTimeout <= 0 {
+		o.OpTimeout = 10 * time.Second
+	}
+	if o.BackoffMin <= 0 {
+		o.BackoffMin = 100 * time.Millisecond
+	}
+	if o.BackoffMax < o.BackoffMin {
+		o.BackoffMax = max(10*time.Second, o.BackoffMin)
+	}
+}
+
+// Conn is a named AMQP connection that redials by itself, with capped
+// exponential backoff and jitter, whenever the connection dies (broker
+// restart, a forced close, a missed heartbeat). Channels do not survive a
+// reconnect: Publisher and Consumer open new ones and carry on.
+//
+// A Conn is safe for concurrent use. The URL is never logged or put in an
+// error except through (*url.URL).Redacted.
+type Conn struct {
+	url      string // carries the password: never log, never format
+	redacted string
+	pass     string
+	opts     ConnOptions
+	log      *slog.Logger
+
+	mu    sync.Mutex
+	cur   *amqp.Connection
+	ready chan struct{} // closed while cur != nil; replaced when the connection is lost
+
+	state      atomic.Int32
+	reconnects atomic.Int64
+
+	blockMu   sync.Mutex
+	unblocked chan struct{} // closed while the broker is not blocking publishes
+
+	closing   chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+// Open connects to the broker at rawURL and returns a Conn that stays
+// connected until Close. If the broker does not answer, Open keeps trying
+// with backoff until ctx ends, and then returns the last error. The caller
+// closes the Conn.
+func Open(ctx context.Context, rawURL string, opts ConnOptions) (*Conn, error) {
+	opts.defaults()
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		// url.Error quotes the whole URL, password included: keep only the
+		// inner reason.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, fmt.Errorf("connection %q: invalid AMQP URL: %v", opts.Name, scrub(err, u))
+	}
+	pass, _ := u.User.Password()
+	c := &Conn{
+		url:       rawURL,
+		redacted:  u.Redacted(),
+		pass:      pass,
+		opts:      opts,
+		ready:     make(chan struct{}),
+		unblocked: make(chan struct{}),
+		closing:   make(chan struct{}),
+		done:      make(chan struct{}),
+	}
+	close(c.unblocked)
+	c.log = opts.Log.With("connection", opts.Name)
+
+	ac, err := c.dialRetry(ctx, 0)
+	if err != nil {
+		return nil, err
+	}
+	c.setConnected(ac)
+	c.log.Info("connection opened", "url", c.redacted)
+	go c.supervise(ac)
+	return c, nil
+}
+
+// Name returns the connection name the broker shows.
+func (c *Conn) Name() string { return c.opts.Name }
+
+// URL returns the broker URL with its password redacted.
+func (c *Conn) URL() string { return c.redacted }
+
+// State returns what the connection is doing now.
+func (c *Conn) State() State { return State(c.state.Load()) }
+
+// Reconnects returns how many times the connection was re-established after
+// being lost.
+func (c *Conn) Reconnects() int64 { return c.reconnects.Load() }
+
+// Blocked reports whether the broker is blocking publishes on this connection
+// (a memory or disk alarm, connection.blocked).
+func (c *Conn) Blocked() bool {
+	c.blockMu.Lock()
+	defer c.blockMu.Unlock()
+	select {
+	case <-c.unblocked:
+		return false
+	default:
+		return true
+	}
+}
+
+// Close closes the connection and stops reconnecting. It is idempotent.
+// Channels opened on the Conn close with it.
+func (c *Conn) Close() error {
+	c.closeOnce.Do(func() { close(c.closing) })
+	<-c.done
+	return nil
+}
+
+// Channel opens a channel on the current connection, waiting for a
+// reconnect in progress. It gives up when ctx ends, and after OpTimeout for
+// the open itself; a connection that cannot open a channel in time is
+// presumed dead and is closed, so it gets redialled. The caller owns and
+// closes the channel, and must drain any Notify* channel it registers.
+func (c *Conn) Channel(ctx context.Context) (*amqp.Channel, error) {
+	ac, err := c.current(ctx)
+	if err != nil {
+		return nil, err
+	}
+	res := make(chan chanResult, 1)
+	go func() {
+		ch, err := ac.Channel()
+		res <- chanResult{ch, err}
+	}()
+	t := time.NewTimer(c.opts.OpTimeout)
+	defer t.Stop()
+	select {
+	case r := <-res:
+		if r.err != nil {
+			return nil, fmt.Errorf("open channel on connection %q: %w", c.opts.Name, r.err)
+		}
+		return r.ch, nil
+	case <-ctx.Done():
+		go closeLate(res)
+		return nil, fmt.Errorf("open channel on connection %q: %w", c.opts.Name, ctx.Err())
+	case <-t.C:
+		go closeLate(res)
+		c.log.Warn("channel open timed out; closing the connection to redial", "duration", c.opts.OpTimeout)
+		go ac.CloseDeadline(time.Now().Add(time.Second))
+		return nil, fmt.Errorf("open channel on connection %q: no answer within %s", c.opts.Name, c.opts.OpTimeout)
+	}
+}
+
+type chanResult struct {
+	ch  *amqp.Channel
+	err error
+}
+
+// closeLate closes a channel whose open was abandoned, if it ever opens.
+func closeLate(res <-chan chanResult) {
+	if r := <-res; r.ch != nil {
+		_ = r.ch.Close()
+	}
+}
+
+// current returns the live connection, waiting while reconnecting.
+func (c *Conn) current(ctx context.Context) (*amqp.Connection, error) {
+	for {
+		c.mu.Lock()
+		ac, ready := c.cur, c.ready
+		c.mu.Unlock()
+		if c.State() == StateClosed {
+			return nil, ErrClosed
+		}
+		if ac != nil && !ac.IsClosed() {
+			return ac, nil
+		}
+		select {
+		case <-ready:
+		case <-c.closing:
+			return nil, ErrClosed
+		case <-ctx.Done():
+			return nil, fmt.Errorf("connection %q: waiting for the broker: %w", c.opts.Name, ctx.Err())
+		}
+		if ac != nil {
+			// cur is dead but the supervisor has not noticed yet: wait for
+			// it to replace the ready channel.
+			select {
+			case <-c.closing:
+				return nil, ErrClosed
+			case <-ctx.Done():
+				return nil, fmt.Errorf("connection %q: waiting for the broker: %w", c.opts.Name, ctx.Err())
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}
+}
+
+// waitUnblocked returns once the broker is not blocking publishes.
+func (c *Conn) waitUnblocked(ctx context.Context) error {
+	c.blockMu.Lock()
+	ch := c.unblocked
+	c.blockMu.Unlock()
+	select {
+	case <-ch:
+		return nil
+	default:
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-c.closing:
+		return ErrClosed
+	case <-ctx.Done():
+		return fmt.Errorf("connection %q is blocked by the broker (resource alarm): %w", c.opts.Name, ctx.Err())
+	}
+}
+
+func (c *Conn) setBlocked(b bool) {
+	c.blockMu.Lock()
+	defer c.blockMu.Unlock()
+	select {
+	case <-c.unblocked:
+		if b {
+			c.unblocked = make(chan struct{})
+		}
+	default:
+		if !b {
+			close(c.unblocked)
+		}
+	}
+}
+
+func (c *Conn) setConnected(ac *amqp.Connection) {
+	c.mu.Lock()
+	c.cur = ac
+	close(c.ready)
+	c.mu.Unlock()
+	c.state.Store(int32(StateConnected))
+}
+
+func (c *Conn) setLost() {
+	c.mu.Lock()
+	c.cur = nil
+	c.ready = make(chan struct{})
+	c.mu.Unlock()
+	c.state.Store(int32(StateReconnecting))
+	c.setBlocked(false)
+}
+
+// supervise watches the live connection and redials when it dies.
+func (c *Conn) supervise(ac *amqp.Connection) {
+	defer close(c.done)
+	for {
+		// Both buffered and drained until closed: the library blocks its
+		// reader on an undrained notification channel.
+		closes := ac.NotifyClose(make(chan *amqp.Error, 1))
+		blocks := ac.NotifyBlocked(make(chan amqp.Blocking, 4))
+		var cause error
+	watch:
+		for {
+			select {
+			case b, ok := <-blocks:
+				if !ok {
+					blocks = nil
+					continue
+				}
+				c.setBlocked(b.Active)
+				if b.Active {
+					c.log.Warn("connection blocked by the broker", "error", b.Reason)
+				} else {
+					c.log.Info("connection unblocked by the broker")
+				}
+			case e, ok := <-closes:
+				if ok && e != nil {
+					cause = e
+				} else {
+					cause = errors.New("connection closed")
+				}
+				break watch
+			case <-c.closing:
+				c.state.Store(int32(StateClosed))
+				_ = ac.CloseDeadline(time.Now().Add(c.opts.OpTimeout))
+				c.mu.Lock()
+				c.cur = nil
+				c.mu.Unlock()
+				c.log.Info("connection closed")
+				return
+			}
+		}
+		c.setLost()
+		c.log.Warn("connection lost; reconnecting", "error", cause)
+		start := time.Now()
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() {
+			select {
+			case <-c.closing:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		next, err := c.dialRetry(ctx, 1)
+		cancel()
+		if err != nil {
+			c.state.Store(int32(StateClosed))
+			c.log.Info("connection closed")
+			return
+		}
+		ac = next
+		c.reconnects.Add(1)
+		c.setConnected(ac)
+		c.log.Warn("connection re-established", "duration", time.Since(start).Round(time.Millisecond))
+	}
+}
+
+// dialRetry dials until it succeeds or ctx ends; it returns the last dial
+// error with the context error.
+func (c *Conn) dialRetry(ctx context.Context, attempt int) (*amqp.Connection, error) {
+	var last error
+	for n := attempt; ; n++ {
+		ac, err := c.dial(ctx)
+		if err == nil {
+			return ac, nil
+		}
+		last = err
+		d := backoff(n, c.opts.BackoffMin, c.opts.BackoffMax)
+		c.log.Warn("connect failed", "url", c.redacted, "attempt", n+1, "error", err, "duration", d)
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("%w (%v)", last, ctx.Err())
+		case <-c.closing:
+			t.Stop()
+			return nil, ErrClosed
+		}
+	}
+}
+
+func (c *Conn) dial(ctx context.Context) (*amqp.Connection, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.opts.DialTimeout)
+	defer cancel()
+	deadline, _ := ctx.Deadline()
+	props := amqp.NewConnectionProperties()
+	props["product"] = "acemq-flow"
+	props.SetClientConnectionName(c.opts.Name)
+	cfg := amqp.Config{
+		Heartbeat:  c.opts.Heartbeat,
+		Properties: props,
+		Dial: func(network, addr string) (net.Conn, error) {
+			var d net.Dialer
+			nc, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			// Heartbeats start only after the handshake: bound it.
+			if err := nc.SetDeadline(deadline); err != nil {
+				nc.Close()
+				return nil, err
+			}
+			return nc, nil
+		},
+	}
+	ac, err := amqp.DialConfig(c.url, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect %q to %s: %w", c.opts.Name, c.redacted, c.scrub(err))
+	}
+	return ac, nil
+}
+
+// scrub guarantees that an error never carries the password: an error whose
+// text contains it is replaced by one with the text redacted and no chain.
+func (c *Conn) scrub(err error) error {
+	if c.pass == "" || !strings.Contains(err.Error(), c.pass) {
+		return err
+	}
+	return errors.New(strings.ReplaceAll(err.Error(), c.pass, "xxxxx"))
+}
+
+func scrub(err error, u *url.URL) error {
+	if u == nil || u.User == nil {
+		return err
+	}
+	if p, ok := u.User.Password(); ok && p != "" && strings.Contains(err.Error(), p) {
+		return errors.New(strings.ReplaceAll(err.Error(), p, "xxxxx"))
+	}
+	return err
+}
+
+// backoff returns the delay before retry n (0-based): min·2ⁿ capped at max,
+// of which the upper half is random, so replicas do not redial in step.
+func backoff(n int, lo, hi time.Duration) time.Duration {
+	d := lo
+	for i := 0; i < n && d < hi; i++ {
+		d *= 2
+	}
+	d = min(d, hi)
+	half := d / 2
+	return half + rand.N(half+1)
+}
+
+// call runs fn, a blocking amqp091-go call, and gives up after OpTimeout or
+// when ctx ends. The goroutine running fn finishes on its own when the
+// channel or connection closes.
+func (c *Conn) call(ctx context.Context, what string, fn func() error) error {
+	res := make(chan error, 1)
+	go func() { res <- fn() }()
+	t := time.NewTimer(c.opts.OpTimeout)
+	defer t.Stop()
+	select {
+	case err := <-res:
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%s: %w", what, ctx.Err())
+	case <-t.C:
+		return fmt.Errorf("%s: no answer from the broker within %s", what, c.opts.OpTimeout)
+	}
+}

@@ -1,0 +1,124 @@
+package broker
+
+import (
+	"errors"
+	"testing"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+func TestDriftErrorSentences(t *testing.T) {
+	cases := []struct {
+		name   string
+		kind   string
+		reason string
+		want   string
+	}{
+		{
+			name:   "a classic queue declared quorum names both types",
+			kind:   "queue",
+			reason: "PRECONDITION_FAILED - inequivalent arg 'x-queue-type' for queue 'orders.charge' in vhost '/': received the value 'quorum' of type 'longstr' but current is none",
+			want:   `queue "orders.charge" exists on the broker as a classic queue; the flow declares it quorum; delete the queue or declare it as it is`,
+		},
+		{
+			name:   "a quorum queue declared classic names both types",
+			kind:   "queue",
+			reason: "PRECONDITION_FAILED - inequivalent arg 'x-queue-type' for queue 'orders.charge' in vhost '/': received 'classic' but current is 'quorum'",
+			want:   `queue "orders.charge" exists on the broker as a quorum queue; the flow declares it classic; delete the queue or declare it as it is`,
+		},
+		{
+			name:   "a different ttl names both values",
+			kind:   "queue",
+			reason: "PRECONDITION_FAILED - inequivalent arg 'x-message-ttl' for queue 'orders.charge' in vhost '/': received '2000' but current is '1000'",
+			want:   `queue "orders.charge" exists on the broker with x-message-ttl 1000; the flow declares x-message-ttl 2000; delete the queue or declare it as it is`,
+		},
+		{
+			name:   "a ttl the broker lacks says without",
+			kind:   "queue",
+			reason: "PRECONDITION_FAILED - inequivalent arg 'x-message-ttl' for queue 'orders.charge' in vhost '/': received the value '60000' of type 'long' but current is none",
+			want:   `queue "orders.charge" exists on the broker without x-message-ttl; the flow declares x-message-ttl 60000; delete the queue or declare it as it is`,
+		},
+		{
+			name:   "a ttl the flow lacks says without",
+			kind:   "queue",
+			reason: "PRECONDITION_FAILED - inequivalent arg 'x-message-ttl' for queue 'orders.charge' in vhost '/': received none but current is the value '1000' of type 'long'",
+			want:   `queue "orders.charge" exists on the broker with x-message-ttl 1000; the flow declares it without x-message-ttl; delete the queue or declare it as it is`,
+		},
+		{
+			name:   "durability differs",
+			kind:   "queue",
+			reason: "PRECONDITION_FAILED - inequivalent arg 'durable' for queue 'orders.charge' in vhost '/': received 'false' but current is 'true'",
+			want:   `queue "orders.charge" exists on the broker as a durable queue; the flow declares it a non-durable queue; delete the queue or declare it as it is`,
+		},
+		{
+			name:   "an exchange of another type",
+			kind:   "exchange",
+			reason: "PRECONDITION_FAILED - inequivalent arg 'type' for exchange 'orders-events' in vhost '/': received 'topic' but current is 'direct'",
+			want:   `exchange "orders-events" exists on the broker as a direct exchange; the flow declares it topic; delete the exchange or declare it as it is`,
+		},
+		{
+			name:   "an unparsed reply is quoted",
+			kind:   "queue",
+			reason: "PRECONDITION_FAILED - something new",
+			want:   `queue "orders.charge" exists on the broker with other settings than the flow declares (PRECONDITION_FAILED - something new); delete the queue or declare it as it is`,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			name := "orders.charge"
+			if tc.kind == "exchange" {
+				name = "orders-events"
+			}
+			err := declareError(tc.kind, name, &amqp.Error{Code: amqp.PreconditionFailed, Reason: tc.reason, Server: true})
+			if got := err.Error(); got != tc.want {
+				t.Errorf("declareError(%q):\n got %s\nwant %s", tc.reason, got, tc.want)
+			}
+			if !errors.Is(err, ErrDrift) || ReplyCode(err) != amqp.PreconditionFailed {
+				t.Errorf("declareError(%q) = %T, want a *DriftError with code 406", tc.reason, err)
+			}
+		})
+	}
+}
+
+func TestDeclareErrorDecidesOnTheReplyCode(t *testing.T) {
+	err := declareError("queue", "q", &amqp.Error{Code: amqp.AccessRefused, Reason: "ACCESS_REFUSED - inequivalent arg 'x' for queue 'q' in vhost '/': received 'a' but current is 'b'"})
+	if errors.Is(err, ErrDrift) {
+		t.Errorf("declareError(403) = %v, want no drift", err)
+	}
+}
+
+func TestArgsTypesNumbersAsInt64(t *testing.T) {
+	got, err := Args(map[string]any{
+		"x-message-ttl":    60000,
+		"x-delivery-limit": int32(20),
+		"x-max-length":     float64(1000),
+		"x-single-active":  true,
+		"x-queue-type":     "quorum",
+		"x-ratio":          0.5,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{
+		"x-message-ttl": int64(60000), "x-delivery-limit": int64(20), "x-max-length": int64(1000),
+		"x-single-active": true, "x-queue-type": "quorum", "x-ratio": 0.5,
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("Args: %s = %#v (%T), want %#v (%T)", k, got[k], got[k], v, v)
+		}
+	}
+	if _, err := Args(map[string]any{"x-bad": struct{}{}}); err == nil {
+		t.Errorf("Args(struct{}) = nil error, want one naming x-bad")
+	}
+}
+
+func TestBackoffStaysWithinBounds(t *testing.T) {
+	lo, hi := 100*1e6, 10*1e9
+	for n := range 40 {
+		d := backoff(n, 100e6, 10e9)
+		if float64(d) < float64(lo)/2 || float64(d) > hi {
+			t.Fatalf("backoff(%d) = %v, want within [%v, %v]", n, d, lo/2, hi)
+		}
+	}
+}

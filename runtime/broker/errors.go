@@ -1,0 +1,229 @@
+package broker
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// Sentinel errors; match them with errors.Is.
+var (
+	// ErrClosed is returned by operations on a Conn, Publisher or Topology
+	// after Close.
+	ErrClosed = errors.New("broker connection closed")
+
+	// ErrUnroutable matches *UnroutableError.
+	ErrUnroutable = errors.New("unroutable")
+
+	// ErrNacked matches *NackError.
+	ErrNacked = errors.New("nacked by the broker")
+
+	// ErrIndeterminate matches *IndeterminateError.
+	ErrIndeterminate = errors.New("publish outcome unknown")
+
+	// ErrStaleDelivery is returned by Delivery.Ack, Nack and Reject when the
+	// channel that received the delivery has closed. Nothing was sent: the
+	// broker has already requeued the message and will deliver it again. It
+	// is not a failure of the caller.
+	ErrStaleDelivery = errors.New("delivery belongs to a closed channel; the broker requeues it")
+
+	// ErrAlreadySettled is returned when a Delivery is acknowledged, nacked or
+	// rejected a second time. Nothing was sent (a second ack would close the
+	// channel).
+	ErrAlreadySettled = errors.New("delivery already settled")
+
+	// ErrNotFound matches errors for a queue or exchange that does not exist
+	// (AMQP reply code 404).
+	ErrNotFound = errors.New("not found")
+
+	// ErrDrift matches *DriftError.
+	ErrDrift = errors.New("declared differently on the broker")
+)
+
+// ReplyCode returns the AMQP reply code carried by err (404 NOT_FOUND, 406
+// PRECONDITION_FAILED, 320 CONNECTION_FORCED, ...), or 0 when err carries
+// none.
+func ReplyCode(err error) int {
+	var ae *amqp.Error
+	if errors.As(err, &ae) {
+		return ae.Code
+	}
+	return 0
+}
+
+// UnroutableError reports a message the broker returned because no queue was
+// bound for it (mandatory publish, basic.return). The message was not stored
+// anywhere; publishing it again will fail the same way until a queue is bound.
+type UnroutableError struct {
+	Exchange   string
+	RoutingKey string
+	MessageID  string
+	Code       int    // the broker's reply code, 312 NO_ROUTE
+	Reason     string // the broker's reply text
+}
+
+func (e *UnroutableError) Error() string {
+	return fmt.Sprintf("message %q to %s with routing key %q reached no queue (%d %s); bind a queue for that routing key",
+		e.MessageID, exchangeName(e.Exchange), e.RoutingKey, e.Code, e.Reason)
+}
+
+// Is reports whether target is ErrUnroutable.
+func (e *UnroutableError) Is(target error) bool { return target == ErrUnroutable }
+
+// NackError reports a publish the broker refused with basic.nack (an
+// internal error in a queue, or a full quorum queue with overflow
+// reject-publish). The message may be published again.
+type NackError struct {
+	Exchange   string
+	RoutingKey string
+	MessageID  string
+}
+
+func (e *NackError) Error() string {
+	return fmt.Sprintf("message %q to %s with routing key %q was nacked by the broker",
+		e.MessageID, exchangeName(e.Exchange), e.RoutingKey)
+}
+
+// Is reports whether target is ErrNacked.
+func (e *NackError) Is(target error) bool { return target == ErrNacked }
+
+// IndeterminateError reports a publish whose outcome is unknown: the channel
+// or connection closed, or the caller's context ended, before the broker
+// confirmed it. The message may or may not be stored; publish it again with
+// the same message id and let idempotency absorb a duplicate. Err is the
+// cause: an *amqp.Error from the broker (ReplyCode 404 means the exchange
+// does not exist), ErrClosed, or a context error.
+type IndeterminateError struct {
+	Exchange   string
+	RoutingKey string
+	MessageID  string
+	Err        error
+}
+
+func (e *IndeterminateError) Error() string {
+	return fmt.Sprintf("message %q to %s with routing key %q: outcome unknown, publish it again: %v",
+		e.MessageID, exchangeName(e.Exchange), e.RoutingKey, e.Err)
+}
+
+// Is reports whether target is ErrIndeterminate.
+func (e *IndeterminateError) Is(target error) bool { return target == ErrIndeterminate }
+
+// Unwrap returns the cause.
+func (e *IndeterminateError) Unwrap() error { return e.Err }
+
+// MissingQueuesError names every queue a check found missing, in the order
+// they were asked about.
+type MissingQueuesError struct {
+	Queues []string
+}
+
+func (e *MissingQueuesError) Error() string {
+	q := make([]string, len(e.Queues))
+	for i, n := range e.Queues {
+		q[i] = fmt.Sprintf("%q", n)
+	}
+	if len(q) == 1 {
+		return "queue " + q[0] + " does not exist on the broker"
+	}
+	return fmt.Sprintf("%d queues do not exist on the broker: %s", len(q), strings.Join(q, ", "))
+}
+
+// Is reports whether target is ErrNotFound.
+func (e *MissingQueuesError) Is(target error) bool { return target == ErrNotFound }
+
+// DriftError reports a queue or exchange that exists on the broker with
+// settings other than those declared (the broker's 406 PRECONDITION_FAILED,
+// "inequivalent arg"). AMQP cannot change an entity in place: the remedy is
+// to delete it or to declare it as it is.
+type DriftError struct {
+	Kind     string // "queue" or "exchange"
+	Name     string
+	Arg      string // the setting that differs, e.g. "x-queue-type", "durable"; empty when unknown
+	Broker   string // the broker's value, "" when the broker has none
+	Declared string // the declared value, "" when the declaration has none
+	Reason   string // the broker's reply text, verbatim
+	Err      error  // the broker's *amqp.Error
+}
+
+// Error returns a sentence a person reads, for example
+// `queue "orders.charge" exists on the broker as a classic queue; the flow
+// declares it quorum; delete the queue or declare it as it is`.
+func (e *DriftError) Error() string {
+	remedy := fmt.Sprintf("delete the %s or declare it as it is", e.Kind)
+	if e.Arg == "" {
+		return fmt.Sprintf("%s %q exists on the broker with other settings than the flow declares (%s); %s",
+			e.Kind, e.Name, e.Reason, remedy)
+	}
+	var has, want string
+	switch {
+	case e.Kind == "queue" && e.Arg == "x-queue-type":
+		has = "as a " + orDefault(e.Broker, "classic") + " queue"
+		want = "declares it " + orDefault(e.Declared, "classic")
+	case e.Kind == "exchange" && e.Arg == "type":
+		has = "as a " + e.Broker + " exchange"
+		want = "declares it " + e.Declared
+	case e.Arg == "durable" || e.Arg == "auto_delete" || e.Arg == "internal" || e.Arg == "exclusive":
+		word := strings.ReplaceAll(e.Arg, "_", "-")
+		has = "as " + flagWord(e.Broker, word) + " " + e.Kind
+		want = "declares it " + flagWord(e.Declared, word) + " " + e.Kind
+	default:
+		has = "with " + e.Arg + " " + e.Broker
+		if e.Broker == "" {
+			has = "without " + e.Arg
+		}
+		want = "declares " + e.Arg + " " + e.Declared
+		if e.Declared == "" {
+			want = "declares it without " + e.Arg
+		}
+	}
+	return fmt.Sprintf("%s %q exists on the broker %s; the flow %s; %s", e.Kind, e.Name, has, want, remedy)
+}
+
+// Is reports whether target is ErrDrift.
+func (e *DriftError) Is(target error) bool { return target == ErrDrift }
+
+// Unwrap returns the broker's error.
+func (e *DriftError) Unwrap() error { return e.Err }
+
+// DrainError is returned by Consumer.Run when deliveries were still in flight
+// (handed to a handler and not settled) when the drain timeout passed. The
+// broker redelivers them once the channel closes.
+type DrainError struct {
+	Queue string
+	Left  int
+	After time.Duration
+}
+
+func (e *DrainError) Error() string {
+	return fmt.Sprintf("queue %q: %d message(s) still in flight after %s; they will be redelivered", e.Queue, e.Left, e.After)
+}
+
+func exchangeName(x string) string {
+	if x == "" {
+		return "the default exchange"
+	}
+	return fmt.Sprintf("exchange %q", x)
+}
+
+func orDefault(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}
+
+func flagWord(v, word string) string {
+	switch v {
+	case "true":
+		if strings.ContainsRune("aeiou", rune(word[0])) {
+			return "an " + word
+		}
+		return "a " + word
+	case "false":
+		return "a non-" + word
+	}
+	return word + "=" + v
+}

@@ -1,0 +1,441 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"regexp"
+	"sync"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// Exchange is an exchange declaration.
+type Exchange struct {
+	Name       string
+	Kind       string // direct, topic, fanout, headers
+	Durable    bool
+	AutoDelete bool
+	Internal   bool
+	Args       map[string]any // typed as Args describes
+}
+
+// Queue is a queue declaration. The queue type goes in Args as
+// "x-queue-type" ("quorum", "classic", "stream").
+type Queue struct {
+	Name       string
+	Durable    bool
+	AutoDelete bool
+	Exclusive  bool
+	Args       map[string]any // typed as Args describes
+}
+
+// Binding binds a queue to an exchange with a routing key.
+type Binding struct {
+	Queue      string
+	Exchange   string
+	RoutingKey string
+	Args       map[string]any
+}
+
+// QueueInfo is what a passive declare reports about a queue.
+type QueueInfo struct {
+	Name      string
+	Messages  int // ready messages (not those delivered and unacknowledged)
+	Consumers int
+}
+
+// Args converts declaration arguments to the AMQP types the broker expects:
+// every integer (any width, signed or not) and every whole float becomes an
+// int64, so x-message-ttl 60000 is a number and never a string or a float the
+// broker refuses; bools, strings and nested tables are kept. A value it
+// cannot send is an error naming the argument.
+func Args(in map[string]any) (amqp.Table, error) {
+	if len(in) == 0 {
+		return nil, nil
+	}
+	out := make(amqp.Table, len(in))
+	for k, v := range in {
+		tv, err := argValue(v)
+		if err != nil {
+			return nil, fmt.Errorf("argument %q: %w", k, err)
+		}
+		out[k] = tv
+	}
+	return out, nil
+}
+
+func argValue(v any) (any, error) {
+	switch x := v.(type) {
+	case int:
+		return int64(x), nil
+	case int8:
+		return int64(x), nil
+	case int16:
+		return int64(x), nil
+	case int32:
+		return int64(x), nil
+	case int64:
+		return x, nil
+	case uint:
+		return uintArg(uint64(x))
+	case uint8:
+		return int64(x), nil
+	case uint16:
+		return int64(x), nil
+	case uint32:
+		return int64(x), nil
+	case uint64:
+		return uintArg(x)
+	case float32:
+		return floatArg(float64(x))
+	case float64:
+		return floatArg(x)
+	case bool, string, nil:
+		return x, nil
+	case map[string]any:
+		return Args(x)
+	case amqp.Table:
+		return Args(x)
+	}
+	return nil, fmt.Errorf("value %v of type %T cannot be sent to the broker", v, v)
+}
+
+func uintArg(u uint64) (any, error) {
+	if u > math.MaxInt64 {
+		return nil, fmt.Errorf("value %d is out of range", u)
+	}
+	return int64(u), nil
+}
+
+func floatArg(f float64) (any, error) {
+	if f == math.Trunc(f) && math.Abs(f) < 1<<53 {
+		return int64(f), nil
+	}
+	return f, nil
+}
+
+// Topology declares and checks exchanges, queues and bindings, and reads
+// queues for inspection and replay. Declarations share one channel, reopened
+// after a refusal closes it; passive checks use a throwaway channel each,
+// since a failed passive declare closes its channel. A Topology is safe for
+// concurrent use; the caller closes it (the Conn stays open).
+type Topology struct {
+	conn *Conn
+	log  *slog.Logger
+
+	mu   sync.Mutex
+	decl *amqp.Channel
+	get  *consGen
+}
+
+// NewTopology returns a Topology working on conn. It does no I/O.
+func NewTopology(conn *Conn, log *slog.Logger) *Topology {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Topology{conn: conn, log: log.With("connection", conn.Name())}
+}
+
+// Close closes the Topology's channels. Deliveries from Get that are not
+// settled yet become stale (the broker requeues them). It is idempotent.
+func (t *Topology) Close() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.decl != nil {
+		_ = t.conn.call(context.Background(), "close channel", t.decl.Close)
+		t.decl = nil
+	}
+	if t.get != nil {
+		t.get.dead.Store(true)
+		_ = t.conn.call(context.Background(), "close channel", t.get.ch.Close)
+		t.get = nil
+	}
+	return nil
+}
+
+func (t *Topology) declChannel(ctx context.Context) (*amqp.Channel, error) {
+	if t.decl != nil && !t.decl.IsClosed() {
+		return t.decl, nil
+	}
+	ch, err := t.conn.Channel(ctx)
+	if err != nil {
+		return nil, err
+	}
+	t.decl = ch
+	return ch, nil
+}
+
+// DeclareExchange declares x, creating it when missing. An exchange that
+// exists with other settings gives a *DriftError.
+func (t *Topology) DeclareExchange(ctx context.Context, x Exchange) error {
+	args, err := Args(x.Args)
+	if err != nil {
+		return fmt.Errorf("declare exchange %q: %w", x.Name, err)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ch, err := t.declChannel(ctx)
+	if err != nil {
+		return fmt.Errorf("declare exchange %q: %w", x.Name, err)
+	}
+	err = t.conn.call(ctx, fmt.Sprintf("declare exchange %q", x.Name), func() error {
+		return ch.ExchangeDeclare(x.Name, x.Kind, x.Durable, x.AutoDelete, x.Internal, false, args)
+	})
+	if err != nil {
+		return declareError("exchange", x.Name, err)
+	}
+	t.log.Debug("exchange declared", "exchange", x.Name)
+	return nil
+}
+
+// DeclareQueue declares q, creating it when missing. A queue that exists with
+// another type or other arguments gives a *DriftError.
+func (t *Topology) DeclareQueue(ctx context.Context, q Queue) error {
+	args, err := Args(q.Args)
+	if err != nil {
+		return fmt.Errorf("declare queue %q: %w", q.Name, err)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ch, err := t.declChannel(ctx)
+	if err != nil {
+		return fmt.Errorf("declare queue %q: %w", q.Name, err)
+	}
+	err = t.conn.call(ctx, fmt.Sprintf("declare queue %q", q.Name), func() error {
+		_, err := ch.QueueDeclare(q.Name, q.Durable, q.AutoDelete, q.Exclusive, false, args)
+		return err
+	})
+	if err != nil {
+		return declareError("queue", q.Name, err)
+	}
+	t.log.Debug("queue declared", "queue", q.Name)
+	return nil
+}
+
+// Bind binds b.Queue to b.Exchange with b.RoutingKey.
+func (t *Topology) Bind(ctx context.Context, b Binding) error {
+	args, err := Args(b.Args)
+	what := fmt.Sprintf("bind queue %q to exchange %q with routing key %q", b.Queue, b.Exchange, b.RoutingKey)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ch, err := t.declChannel(ctx)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	err = t.conn.call(ctx, what, func() error { return ch.QueueBind(b.Queue, b.RoutingKey, b.Exchange, false, args) })
+	if err != nil {
+		return notFound(err)
+	}
+	return nil
+}
+
+// Declare declares the exchanges, then the queues, then the bindings. It
+// goes on after a refusal, so one call reports every problem, joined with
+// errors.Join; a binding whose queue or exchange failed is skipped.
+func (t *Topology) Declare(ctx context.Context, exchanges []Exchange, queues []Queue, bindings []Binding) error {
+	var errs []error
+	failed := map[string]bool{}
+	for _, x := range exchanges {
+		if err := t.DeclareExchange(ctx, x); err != nil {
+			errs = append(errs, err)
+			failed["x:"+x.Name] = true
+		}
+	}
+	for _, q := range queues {
+		if err := t.DeclareQueue(ctx, q); err != nil {
+			errs = append(errs, err)
+			failed["q:"+q.Name] = true
+		}
+	}
+	for _, b := range bindings {
+		if failed["x:"+b.Exchange] || failed["q:"+b.Queue] {
+			continue
+		}
+		if err := t.Bind(ctx, b); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if ctx.Err() != nil {
+		errs = append(errs, ctx.Err())
+	}
+	return errors.Join(errs...)
+}
+
+// passive runs fn on a throwaway channel: a failed passive declare closes
+// the channel it ran on.
+func (t *Topology) passive(ctx context.Context, what string, fn func(ch *amqp.Channel) error) error {
+	ch, err := t.conn.Channel(ctx)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	err = t.conn.call(ctx, what, func() error { return fn(ch) })
+	if !ch.IsClosed() {
+		go func() { _ = ch.Close() }()
+	}
+	return err
+}
+
+// Inspect returns what the broker reports about queue without changing it.
+// A missing queue gives an error matching ErrNotFound.
+func (t *Topology) Inspect(ctx context.Context, queue string) (QueueInfo, error) {
+	var info QueueInfo
+	err := t.passive(ctx, fmt.Sprintf("inspect queue %q", queue), func(ch *amqp.Channel) error {
+		q, err := ch.QueueDeclarePassive(queue, false, false, false, false, nil)
+		info = QueueInfo{Name: q.Name, Messages: q.Messages, Consumers: q.Consumers}
+		return err
+	})
+	if err != nil {
+		return QueueInfo{}, notFound(err)
+	}
+	return info, nil
+}
+
+// Depth returns the number of ready messages in queue.
+func (t *Topology) Depth(ctx context.Context, queue string) (int, error) {
+	info, err := t.Inspect(ctx, queue)
+	return info.Messages, err
+}
+
+// ExchangeExists reports whether an exchange named name exists.
+func (t *Topology) ExchangeExists(ctx context.Context, name string) (bool, error) {
+	err := t.passive(ctx, fmt.Sprintf("check exchange %q", name), func(ch *amqp.Channel) error {
+		return ch.ExchangeDeclarePassive(name, "direct", false, false, false, false, nil)
+	})
+	if err == nil {
+		return true, nil
+	}
+	if ReplyCode(err) == amqp.NotFound {
+		return false, nil
+	}
+	return false, err
+}
+
+// CheckQueues asks the broker about each queue without creating or changing
+// any, and returns one *MissingQueuesError naming every missing queue; other
+// failures (access refused, the connection lost) are joined to it.
+func (t *Topology) CheckQueues(ctx context.Context, queues ...string) error {
+	var missing []string
+	var errs []error
+	for _, q := range queues {
+		_, err := t.Inspect(ctx, q)
+		switch {
+		case err == nil:
+		case ReplyCode(err) == amqp.NotFound:
+			missing = append(missing, q)
+		default:
+			errs = append(errs, err)
+		}
+	}
+	if len(missing) > 0 {
+		errs = append([]error{&MissingQueuesError{Queues: missing}}, errs...)
+	}
+	return errors.Join(errs...)
+}
+
+// DeleteQueue deletes queue and returns how many messages it held. Deleting
+// a missing queue is not an error.
+func (t *Topology) DeleteQueue(ctx context.Context, queue string) (int, error) {
+	var n int
+	err := t.passive(ctx, fmt.Sprintf("delete queue %q", queue), func(ch *amqp.Channel) error {
+		var err error
+		n, err = ch.QueueDelete(queue, false, false, false)
+		return err
+	})
+	return n, err
+}
+
+// DeleteExchange deletes exchange. Deleting a missing exchange is not an
+// error.
+func (t *Topology) DeleteExchange(ctx context.Context, exchange string) error {
+	return t.passive(ctx, fmt.Sprintf("delete exchange %q", exchange), func(ch *amqp.Channel) error {
+		return ch.ExchangeDelete(exchange, false, false)
+	})
+}
+
+// Get takes one message from queue (basic.get) without auto-ack, for
+// inspection and replay. It returns nil, nil when the queue is empty. The
+// Delivery must be settled like a consumed one; Nack(true) puts it back.
+func (t *Topology) Get(ctx context.Context, queue string) (*Delivery, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.get == nil || t.get.ch.IsClosed() {
+		if t.get != nil {
+			t.get.dead.Store(true)
+		}
+		ch, err := t.conn.Channel(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("get from queue %q: %w", queue, err)
+		}
+		t.get = &consGen{ch: ch}
+	}
+	g := t.get
+	var (
+		ad amqp.Delivery
+		ok bool
+	)
+	err := t.conn.call(ctx, fmt.Sprintf("get from queue %q", queue), func() error {
+		var err error
+		ad, ok, err = g.ch.Get(queue, false)
+		return err
+	})
+	if err != nil {
+		return nil, notFound(err)
+	}
+	if !ok {
+		return nil, nil
+	}
+	return &Delivery{Delivery: ad, g: g}, nil
+}
+
+// notFound makes a 404 from the broker match ErrNotFound.
+func notFound(err error) error {
+	if ReplyCode(err) == amqp.NotFound {
+		return &codedError{err: err, is: ErrNotFound}
+	}
+	return err
+}
+
+type codedError struct {
+	err error
+	is  error
+}
+
+func (e *codedError) Error() string        { return e.err.Error() }
+func (e *codedError) Unwrap() error        { return e.err }
+func (e *codedError) Is(target error) bool { return target == e.is }
+
+// inequivalent parses RabbitMQ's PRECONDITION_FAILED text, only to word the
+// error; the decision that it is drift is made on the reply code.
+var inequivalent = regexp.MustCompile(`inequivalent arg '([^']*)' for (?:queue|exchange) '.*' in vhost '.*': received (.*) but current is (.*)$`)
+
+var argText = regexp.MustCompile(`^(?:the value '(.*)' of type '[^']*'|'(.*)')$`)
+
+func declareError(kind, name string, err error) error {
+	var ae *amqp.Error
+	if !errors.As(err, &ae) || ae.Code != amqp.PreconditionFailed {
+		return notFound(fmt.Errorf("declare %s %q: %w", kind, name, err))
+	}
+	d := &DriftError{Kind: kind, Name: name, Reason: ae.Reason, Err: ae}
+	if m := inequivalent.FindStringSubmatch(ae.Reason); m != nil {
+		d.Arg = m[1]
+		d.Declared = argValueText(m[2])
+		d.Broker = argValueText(m[3])
+	}
+	return d
+}
+
+func argValueText(s string) string {
+	if s == "none" {
+		return ""
+	}
+	if m := argText.FindStringSubmatch(s); m != nil {
+		return m[1] + m[2]
+	}
+	return s
+}
