@@ -1,0 +1,144 @@
+package broker
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/acemq/acemq-flow/test/testenv"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// env is one test's broker set-up: a unique prefix and a Topology on a
+// connection of its own, with every queue and exchange it declares deleted
+// in t.Cleanup.
+type env struct {
+	t    *testing.T
+	url  string
+	ns   string
+	topo *Topology
+	log  *slog.Logger
+	logs *syncBuffer
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	url := testenv.AMQP(t)
+	e := &env{t: t, url: url, ns: testenv.Names(t), logs: &syncBuffer{}}
+	e.log = slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	conn := e.conn("topology")
+	e.topo = NewTopology(conn, e.log)
+	t.Cleanup(func() { e.topo.Close() })
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("logs:\n%s", e.logs.String())
+		}
+	})
+	return e
+}
+
+// conn opens a connection named <prefix>-<role>, closed in t.Cleanup.
+func (e *env) conn(role string) *Conn {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := Open(ctx, e.url, ConnOptions{Name: e.ns + "-" + role, Log: e.log, BackoffMin: 50 * time.Millisecond, BackoffMax: time.Second})
+	if err != nil {
+		e.t.Fatalf("Open(%s): %v", role, err)
+	}
+	e.t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// queue declares a durable queue of the given type named <prefix>-<name>.
+func (e *env) queue(name, kind string) string {
+	e.t.Helper()
+	q := e.ns + "-" + name
+	if err := e.topo.DeclareQueue(e.t.Context(), Queue{Name: q, Durable: true, Args: map[string]any{"x-queue-type": kind}}); err != nil {
+		e.t.Fatalf("DeclareQueue(%s): %v", q, err)
+	}
+	e.t.Cleanup(func() { e.topo.DeleteQueue(context.Background(), q) })
+	return q
+}
+
+func (e *env) exchange(name, kind string) string {
+	e.t.Helper()
+	x := e.ns + "-" + name
+	if err := e.topo.DeclareExchange(e.t.Context(), Exchange{Name: x, Kind: kind, Durable: true}); err != nil {
+		e.t.Fatalf("DeclareExchange(%s): %v", x, err)
+	}
+	e.t.Cleanup(func() { e.topo.DeleteExchange(context.Background(), x) })
+	return x
+}
+
+func (e *env) publisher(c *Conn, window int) *Publisher {
+	e.t.Helper()
+	p, err := OpenPublisher(e.t.Context(), c, PublisherOptions{Window: window, Log: e.log})
+	if err != nil {
+		e.t.Fatalf("OpenPublisher: %v", err)
+	}
+	e.t.Cleanup(func() { p.Close() })
+	return p
+}
+
+// waitDepth waits for queue to hold want ready messages.
+func (e *env) waitDepth(queue string, want int) {
+	e.t.Helper()
+	testenv.Eventually(e.t, 20*time.Second, func() error {
+		n, err := e.topo.Depth(context.Background(), queue)
+		if err != nil {
+			return err
+		}
+		if n != want {
+			return fmt.Errorf("queue %s holds %d ready messages, want %d", queue, n, want)
+		}
+		return nil
+	})
+}
+
+// closeConnection force-closes, on the broker, the connection named name
+// and only that one.
+func closeConnection(t *testing.T, name string) {
+	t.Helper()
+	out := testenv.Rabbitmqctl(t, "-q", "list_connections", "--no-table-headers", "pid", "client_properties")
+	needle := fmt.Sprintf(`{"connection_name","%s"}`, name)
+	closed := 0
+	for _, line := range strings.Split(out, "\n") {
+		if !strings.Contains(line, needle) {
+			continue
+		}
+		pid := strings.Fields(line)[0]
+		testenv.Rabbitmqctl(t, "close_connection", pid, "closed by test")
+		closed++
+	}
+	if closed == 0 {
+		t.Fatalf("no connection named %q on the broker:\n%s", name, out)
+	}
+}
+
+func msg(queue, id string, body []byte) Message {
+	return Message{RoutingKey: queue, Publishing: amqp.Publishing{MessageId: id, Body: body}}
+}
+
+// syncBuffer is a bytes.Buffer safe for the concurrent writes of a logger.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
