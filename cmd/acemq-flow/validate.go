@@ -1,0 +1,45 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+)
+
+func newValidateCmd(io streams) *cobra.Command {
+	var format string
+	var plugins bool
+	cmd := &cobra.Command{
+		Use:   "validate [--format text|json|github] [--plugins] PATH...",
+		Short: "Check flow files and report every problem with file:line:col",
+		Long: `Check flow files for CI: YAML, the flow schema, names, handlers, types,
+the type flow between steps, and when expressions. Needs no broker, no
+database and no plugin binary (--plugins also starts each plugin and checks
+that every handler the flows name exists). Exit 0 when valid (warnings
+allowed), 1 when any file is invalid, 2 on usage errors.`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			render, ok := diagRenderers[format]
+			if !ok {
+				return usage("--format must be text, json or github, not %q", format)
+			}
+			_, plan, diags := loadAndCompile(io, args)
+			if plan != nil && plugins {
+				diags = mergeDiags(diags, checkPlugins(cmd.Context(), io, plan))
+			}
+			if err := render(io.out, diags); err != nil {
+				return failed("write diagnostics: %w", err)
+			}
+			if diags.HasErrors() {
+				return silent1
+			}
+			if format == "text" {
+				fmt.Fprintf(io.err, "%d path(s) valid\n", len(args))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&format, "format", "text", "output format: text, json or github")
+	cmd.Flags().BoolVar(&plugins, "plugins", false, "also start each plugin and check that the handlers the flows name exist")
+	return cmd
+}
