@@ -33,6 +33,7 @@ type Delivery struct {
 type consGen struct {
 	ch   *amqp.Channel
 	dead atomic.Bool
+	stop chan struct{} // closed when the consumer stops handing out this channel's deliveries
 }
 
 // Ack acknowledges the delivery: the broker forgets the message.
@@ -246,6 +247,12 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 		go func() {
 			defer workers.Done()
 			for d := range work {
+				if isClosed(d.g.stop) {
+					// Draining or the channel is gone: a delivery that waited
+					// for a free handler is not started any more.
+					c.handBack(d)
+					continue
+				}
 				h(hctx, d)
 			}
 		}()
@@ -299,10 +306,10 @@ func (c *Consumer) session(ctx context.Context, work chan<- *Delivery) (drained 
 	if err != nil {
 		return false, 0, false, err
 	}
-	g := &consGen{ch: ch}
+	stop := make(chan struct{})
+	g := &consGen{ch: ch, stop: stop}
 	closes := ch.NotifyClose(make(chan *amqp.Error, 1))
 	cancels := ch.NotifyCancel(make(chan string, 4))
-	stop := make(chan struct{})
 	var fwd sync.WaitGroup
 
 	end := func(cause error) (bool, int64, bool, error) {
@@ -388,12 +395,12 @@ func (c *Consumer) session(ctx context.Context, work chan<- *Delivery) (drained 
 
 func (c *Consumer) drain(ch *amqp.Channel, g *consGen, tag string, stop chan struct{}, fwd *sync.WaitGroup, closes <-chan *amqp.Error) (bool, int64, bool, error) {
 	deadline := time.Now().Add(c.opts.DrainTimeout)
-	c.log.Info("consumer draining", "consumer", tag, "left", c.inflight.Load())
-	bg := context.Background()
-	// Stop the broker sending, then hand back what was prefetched but not
-	// handled.
-	_ = c.conn.call(bg, "basic.cancel", func() error { return ch.Cancel(tag, false) })
+	// Hand out nothing more, stop the broker sending, and hand back what was
+	// prefetched but not handled.
 	close(stop)
+	bg := context.Background()
+	_ = c.conn.call(bg, "basic.cancel", func() error { return ch.Cancel(tag, false) })
+	c.log.Info("consumer draining", "consumer", tag, "left", c.inflight.Load())
 	left := c.waitDrained(deadline, closes)
 	g.dead.Store(true)
 	_ = c.conn.call(bg, "close consumer channel", ch.Close)
@@ -423,7 +430,7 @@ func (c *Consumer) forward(dels <-chan amqp.Delivery, g *consGen, work chan<- *D
 }
 
 func (c *Consumer) handBack(d *Delivery) {
-	if d.Nack(true) == nil {
+	if d.Nack(true) == nil && d.c != nil {
 		c.nacked.Add(-1)
 		c.requeued.Add(1)
 	}

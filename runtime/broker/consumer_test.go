@@ -1,0 +1,234 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/acemq/acemq-flow/test/testenv"
+)
+
+// runConsumer runs c in the background and returns the deliveries it hands
+// out and a function that stops it and returns Run's result.
+func runConsumer(t *testing.T, c *Consumer, h Handler) (stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	res := make(chan error, 1)
+	go func() { res <- c.Run(ctx, h) }()
+	var once bool
+	var err error
+	stop = func() error {
+		if !once {
+			once = true
+			cancel()
+			err = <-res
+		}
+		return err
+	}
+	t.Cleanup(func() { stop() })
+	return stop
+}
+
+func receive(t *testing.T, ch <-chan *Delivery) *Delivery {
+	t.Helper()
+	select {
+	case d := <-ch:
+		return d
+	case <-time.After(30 * time.Second):
+		t.Fatal("no delivery within 30s")
+		return nil
+	}
+}
+
+func TestStaleDeliveryIsNeverAckedOnTheNewChannel(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("in", "quorum")
+	p := e.publisher(e.conn("pub"), 8)
+	cc := e.conn("consume")
+	c := NewConsumer(cc, ConsumerOptions{Queue: q, Prefetch: 10, Log: e.log})
+	got := make(chan *Delivery, 10)
+	runConsumer(t, c, func(_ context.Context, d *Delivery) { got <- d })
+
+	if err := p.Publish(t.Context(), msg(q, "m-1", nil)); err != nil {
+		t.Fatal(err)
+	}
+	old := receive(t, got)
+
+	closeConnection(t, cc.Name())
+	again := receive(t, got)
+	if again.MessageId != "m-1" || !again.Redelivered {
+		t.Fatalf("after reconnect got %q redelivered=%v, want m-1 redelivered", again.MessageId, again.Redelivered)
+	}
+	if old.DeliveryTag != again.DeliveryTag {
+		t.Logf("delivery tags differ (%d, %d); the check below still holds", old.DeliveryTag, again.DeliveryTag)
+	}
+	// Had the old ack gone out on the new channel, it would have settled
+	// the redelivery (same tag), and the ack below would close the channel
+	// with 406 unknown delivery tag.
+	if err := old.Ack(); !errors.Is(err, ErrStaleDelivery) {
+		t.Fatalf("Ack(stale) = %v, want ErrStaleDelivery", err)
+	}
+	if err := again.Ack(); err != nil {
+		t.Fatalf("Ack(redelivery) = %v", err)
+	}
+	if err := p.Publish(t.Context(), msg(q, "m-2", nil)); err != nil {
+		t.Fatal(err)
+	}
+	third := receive(t, got)
+	if err := third.Ack(); err != nil || third.MessageId != "m-2" {
+		t.Fatalf("third delivery %q ack = %v", third.MessageId, err)
+	}
+	e.waitDepth(q, 0)
+	if s := c.Stats(); s.Sessions != 2 || s.Stale != 1 || s.Acked != 2 {
+		t.Errorf("Stats() = %+v, want 2 sessions (no channel closed by the stale ack), 1 stale, 2 acked", s)
+	}
+}
+
+func TestDrainWaitsForDeliveriesInFlight(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("in", "quorum")
+	p := e.publisher(e.conn("pub"), 8)
+	c := NewConsumer(e.conn("consume"), ConsumerOptions{Queue: q, Prefetch: 10, Concurrency: 2, Log: e.log})
+	started := make(chan *Delivery, 10)
+	release := make(chan struct{})
+	handlerCtxDone := make(chan error, 10)
+	stop := runConsumer(t, c, func(ctx context.Context, d *Delivery) {
+		started <- d
+		<-release
+		handlerCtxDone <- ctx.Err()
+		d.Ack()
+	})
+	for i := range 5 {
+		if err := p.Publish(t.Context(), msg(q, fmt.Sprint(i), nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	receive(t, started)
+	receive(t, started)
+
+	res := make(chan error, 1)
+	go func() { res <- stop() }()
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if strings.Contains(e.logs.String(), "consumer draining") {
+			return nil
+		}
+		return fmt.Errorf("the consumer has not started draining")
+	})
+	select {
+	case err := <-res:
+		t.Fatalf("Run returned %v while two handlers were in flight", err)
+	default:
+	}
+	close(release)
+	if err := <-res; err != nil {
+		t.Fatalf("Run after the handlers finished = %v, want nil", err)
+	}
+	for range 2 {
+		if err := <-handlerCtxDone; err != nil {
+			t.Errorf("handler ctx during the drain = %v, want live", err)
+		}
+	}
+	// The two handled are acknowledged; the three prefetched but not
+	// handled went back to the queue.
+	e.waitDepth(q, 3)
+	if s := c.Stats(); s.Acked != 2 || s.InFlight != 0 {
+		t.Errorf("Stats() = %+v, want 2 acked, none in flight", s)
+	}
+}
+
+func TestDrainReportsWhatWasLeft(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("in", "quorum")
+	p := e.publisher(e.conn("pub"), 8)
+	c := NewConsumer(e.conn("consume"), ConsumerOptions{Queue: q, Prefetch: 10, Concurrency: 3, DrainTimeout: 300 * time.Millisecond, Log: e.log})
+	started := make(chan *Delivery, 10)
+	stop := runConsumer(t, c, func(ctx context.Context, d *Delivery) {
+		started <- d
+		<-ctx.Done() // a handler that only stops when told to
+	})
+	for i := range 3 {
+		if err := p.Publish(t.Context(), msg(q, fmt.Sprint(i), nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 3 {
+		receive(t, started)
+	}
+	err := stop()
+	var de *DrainError
+	if !errors.As(err, &de) || de.Left != 3 || de.Queue != q {
+		t.Fatalf("Run = %v, want a *DrainError with 3 left on %s", err, q)
+	}
+	// Closing the channel requeued them.
+	e.waitDepth(q, 3)
+}
+
+func TestSetPrefetchAppliesToARunningConsumer(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("in", "quorum")
+	p := e.publisher(e.conn("pub"), 8)
+	c := NewConsumer(e.conn("consume"), ConsumerOptions{Queue: q, Prefetch: 1, Log: e.log})
+	got := make(chan *Delivery, 10)
+	runConsumer(t, c, func(_ context.Context, d *Delivery) { got <- d })
+	for i := range 6 {
+		if err := p.Publish(t.Context(), msg(q, fmt.Sprint(i), nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held := []*Delivery{receive(t, got)}
+	e.waitDepth(q, 5) // prefetch 1: one delivered, five ready
+
+	if err := c.SetPrefetch(3); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		held = append(held, receive(t, got))
+	}
+	e.waitDepth(q, 2)
+	for _, d := range held {
+		if err := d.Ack(); err != nil {
+			t.Errorf("Ack(%s) = %v, want nil: deliveries from before the change stay valid", d.MessageId, err)
+		}
+	}
+	for range 2 {
+		if err := receive(t, got).Ack(); err != nil {
+			t.Error(err)
+		}
+	}
+	e.waitDepth(q, 0)
+	if s := c.Stats(); s.Sessions != 1 || s.Acked != 6 {
+		t.Errorf("Stats() = %+v, want one session and 6 acked", s)
+	}
+	if err := c.SetPrefetch(0); err == nil {
+		t.Error("SetPrefetch(0) = nil, want an error")
+	}
+}
+
+func TestConsumerResumesWhenTheQueueAppears(t *testing.T) {
+	e := newEnv(t)
+	q := e.ns + "-late"
+	c := NewConsumer(e.conn("consume"), ConsumerOptions{Queue: q, Log: e.log})
+	got := make(chan *Delivery, 1)
+	runConsumer(t, c, func(_ context.Context, d *Delivery) { got <- d })
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if strings.Contains(e.logs.String(), "consumer interrupted; resuming") {
+			return nil
+		}
+		return fmt.Errorf("the consumer has not tried the missing queue yet")
+	})
+	e.queue("late", "classic")
+	p := e.publisher(e.conn("pub"), 8)
+	if err := p.Publish(t.Context(), msg(q, "m-1", nil)); err != nil {
+		t.Fatal(err)
+	}
+	d := receive(t, got)
+	if d.MessageId != "m-1" {
+		t.Fatalf("got %q, want m-1", d.MessageId)
+	}
+	if err := d.Ack(); err != nil {
+		t.Fatal(err)
+	}
+}
