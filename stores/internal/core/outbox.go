@@ -1,0 +1,82 @@
+package core
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// OutboxRecord is one row of the outbox. See stores.OutboxRecord.
+type OutboxRecord struct {
+	ID          int64
+	Exchange    string
+	RoutingKey  string
+	Body        []byte
+	ContentType string
+	Properties  Properties
+	CreatedAt   time.Time
+	Attempts    int
+	LastError   string
+	LeaseOwner  string
+	LeaseUntil  time.Time
+	PublishedAt time.Time
+	StuckAt     time.Time
+}
+
+// Stuck reports whether the store stopped handing the record out.
+func (r OutboxRecord) Stuck() bool { return !r.StuckAt.IsZero() }
+
+// Properties are the AMQP properties of an outbox record. See
+// stores.Properties.
+type Properties struct {
+	MessageID       string         `json:"message_id,omitempty"`
+	CorrelationID   string         `json:"correlation_id,omitempty"`
+	ReplyTo         string         `json:"reply_to,omitempty"`
+	Type            string         `json:"type,omitempty"`
+	AppID           string         `json:"app_id,omitempty"`
+	UserID          string         `json:"user_id,omitempty"`
+	ContentEncoding string         `json:"content_encoding,omitempty"`
+	Expiration      string         `json:"expiration,omitempty"`
+	Priority        uint8          `json:"priority,omitempty"`
+	DeliveryMode    uint8          `json:"delivery_mode,omitempty"`
+	Timestamp       int64          `json:"timestamp,omitempty"`
+	Headers         map[string]any `json:"headers,omitempty"`
+}
+
+// EncodeProperties returns the JSON the properties column holds.
+func EncodeProperties(p Properties) ([]byte, error) {
+	b, err := json.Marshal(p)
+	if err != nil {
+		return nil, fmt.Errorf("encode outbox properties: %w", err)
+	}
+	return b, nil
+}
+
+// DecodeProperties reads the properties column. Numbers in headers come back
+// as json.Number so that integers keep their exact value; an empty column is
+// no properties.
+func DecodeProperties(b []byte) (Properties, error) {
+	var p Properties
+	if len(bytes.TrimSpace(b)) == 0 {
+		return p, nil
+	}
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	if err := d.Decode(&p); err != nil {
+		return p, fmt.Errorf("decode outbox properties %.80q: %w", b, err)
+	}
+	return p, nil
+}
+
+// CheckRecord rejects a record the relay could not publish, before it is
+// written.
+func CheckRecord(r OutboxRecord) error {
+	if r.RoutingKey == "" && r.Exchange == "" {
+		return fmt.Errorf("outbox record has neither exchange nor routing key")
+	}
+	if len(r.RoutingKey) > 255 || len(r.Exchange) > 255 {
+		return fmt.Errorf("outbox record for exchange %.40q: exchange and routing key are limited to 255 bytes", r.Exchange)
+	}
+	return nil
+}

@@ -1,0 +1,120 @@
+package memory
+
+import (
+	"context"
+	"time"
+
+	"github.com/acemq/acemq-flow/stores/internal/core"
+)
+
+// TryClaim implements stores.Idempotency.
+func (s *Store) TryClaim(ctx context.Context, r core.ClaimRequest) (core.Claim, error) {
+	out, err := s.TryClaimBatch(ctx, []core.ClaimRequest{r})
+	if err != nil {
+		return core.Claim{}, err
+	}
+	return out[0], nil
+}
+
+// TryClaimBatch implements stores.Idempotency.
+func (s *Store) TryClaimBatch(ctx context.Context, reqs []core.ClaimRequest) ([]core.Claim, error) {
+	leases := make([]time.Duration, len(reqs))
+	for i, r := range reqs {
+		l, err := s.opts.Lease(r)
+		if err != nil {
+			return nil, err
+		}
+		leases[i] = l
+	}
+	if err := s.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	now := s.opts.Now()
+	firsts, firstOf := core.Dedupe(reqs)
+	out := make([]core.Claim, len(reqs))
+	for _, i := range firsts {
+		r := reqs[i]
+		c, ok := s.claims[r.Key]
+		if ok && c.expiresAt > now.UnixNano() {
+			state := core.InProgress
+			if c.confirmed {
+				state = core.AlreadyConfirmed
+			}
+			out[i] = core.Claim{State: state, Owner: c.owner, ExpiresAt: time.Unix(0, c.expiresAt)}
+			continue
+		}
+		s.token++
+		exp := now.Add(leases[i])
+		s.claims[r.Key] = &claim{token: s.token, owner: r.Owner, expiresAt: exp.UnixNano()}
+		out[i] = core.Claim{State: core.Claimed, Token: s.token, Owner: r.Owner, ExpiresAt: exp}
+	}
+	core.Spread(out, firstOf)
+	return out, nil
+}
+
+// Confirm implements stores.Idempotency.
+func (s *Store) Confirm(ctx context.Context, key string, token core.Token) error {
+	refused, err := s.ConfirmBatch(ctx, []core.Held{{Key: key, Token: token}})
+	if err != nil {
+		return err
+	}
+	return refused[0]
+}
+
+// ConfirmBatch implements stores.Idempotency.
+func (s *Store) ConfirmBatch(ctx context.Context, held []core.Held) ([]error, error) {
+	if err := s.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	now := s.opts.Now()
+	refused := make([]error, len(held))
+	for i, h := range held {
+		c, ok := s.claims[h.Key]
+		switch {
+		case !ok:
+			refused[i] = core.Stale(h.Key, h.Token, 0, false)
+		case c.token != h.Token:
+			refused[i] = core.Stale(h.Key, h.Token, c.token, c.confirmed)
+		case !c.confirmed:
+			c.confirmed = true
+			c.expiresAt = now.Add(s.opts.Retention).UnixNano()
+		}
+	}
+	return refused, nil
+}
+
+// Release implements stores.Idempotency.
+func (s *Store) Release(ctx context.Context, key string, token core.Token) error {
+	if err := s.lock(ctx); err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	c, ok := s.claims[key]
+	switch {
+	case !ok:
+		return core.Stale(key, token, 0, false)
+	case c.token != token || c.confirmed:
+		return core.Stale(key, token, c.token, c.confirmed)
+	}
+	delete(s.claims, key)
+	return nil
+}
+
+// PurgeExpired implements stores.Idempotency.
+func (s *Store) PurgeExpired(ctx context.Context) (int64, error) {
+	if err := s.lock(ctx); err != nil {
+		return 0, err
+	}
+	defer s.mu.Unlock()
+	now := s.opts.Now().UnixNano()
+	var n int64
+	for k, c := range s.claims {
+		if c.expiresAt <= now {
+			delete(s.claims, k)
+			n++
+		}
+	}
+	return n, nil
+}

@@ -1,0 +1,104 @@
+package stores
+
+import (
+	"context"
+	"time"
+
+	"github.com/acemq/acemq-flow/stores/internal/core"
+)
+
+// OutboxRecord is one row of the outbox table (its columns are documented in
+// stores/README.md).
+//
+// A writer sets Exchange, RoutingKey, Body, ContentType and Properties; the
+// store sets the rest. Body holds the payload already encoded: the relay
+// publishes those bytes unchanged and never decodes or re-encodes them.
+// Attempts counts failed publishes, LastError holds the latest reason, and
+// LeaseOwner/LeaseUntil name the relay that holds the row (after a failure,
+// LeaseUntil alone says when the row may be handed out again). PublishedAt is
+// set once the broker confirmed the row reached a queue; StuckAt once the
+// store stopped handing the row out after Options.OutboxMaxAttempts
+// failures.
+type OutboxRecord = core.OutboxRecord
+
+// Properties are the AMQP properties the relay publishes an outbox record
+// with, stored as one JSON object (the properties column). Empty fields are
+// left unset on the message. Header values are JSON values; numbers read
+// back as json.Number.
+type Properties = core.Properties
+
+// Outbox is the write side of the transactional outbox, for a backend whose
+// transactions have type Tx (pgx.Tx for postgres, *sql.Tx for sqlite,
+// *memory.Tx for memory).
+//
+// Add inserts rec inside tx, the caller's own transaction, and returns its
+// id. The record becomes visible to the relay when, and only if, tx commits:
+// one commit decides both the caller's business rows and the message. That
+// is why Add takes a transaction and never a pool; a record written through
+// a pool would land in a different transaction. Add does not commit or roll
+// back tx. Implementations are safe for concurrent use with different
+// transactions.
+type Outbox[Tx any] interface {
+	Add(ctx context.Context, tx Tx, rec OutboxRecord) (id int64, err error)
+}
+
+// ErrLeaseLost is matched (errors.Is) by every *LeaseLostError.
+var ErrLeaseLost = core.ErrLeaseLost
+
+// LeaseLostError refuses MarkPublished or MarkFailed for rows the relay
+// Owner no longer holds: its lease expired and another relay claimed them
+// (that relay publishes them again), or the ids are unknown.
+type LeaseLostError = core.LeaseLostError
+
+// OutboxRelay is the relay side of the outbox: it hands out committed
+// records under a lease and records what became of them. It runs on its own
+// connection pool, outside any caller's transaction.
+//
+// Protocol, for a relay named owner (unique per relay process):
+//
+//  1. ClaimBatch(owner, n, lease): up to n records, oldest first, that are
+//     not published, not stuck, and not leased (or whose lease expired).
+//     They are leased to owner until now+lease; no other relay gets them
+//     until then, so two relays never publish the same row at the same
+//     time. On PostgreSQL this is FOR UPDATE SKIP LOCKED.
+//  2. Publish each record's Body unchanged.
+//  3. Confirmed by the broker and routed to a queue: MarkPublished. Returned
+//     unroutable, nacked, or failed: MarkFailed with the reason, which counts
+//     an attempt, frees the row after Options.OutboxRetryDelay and, at
+//     Options.OutboxMaxAttempts, marks it stuck: no longer handed out, still
+//     listed by ListStuck.
+//  4. A relay that dies mid-batch simply stops; its lease expires and
+//     another relay claims the same rows. A relay that outlived its lease
+//     gets a *LeaseLostError from MarkPublished/MarkFailed for the rows it
+//     lost, and must not retry them.
+//
+// Publishing is at least once: a relay can publish and die before
+// MarkPublished, and the next relay publishes again. Consumers deduplicate
+// with the idempotency store. Any error that is not a *LeaseLostError is a
+// failure of the store. Implementations are safe for concurrent use.
+type OutboxRelay interface {
+	// ClaimBatch leases up to n records to owner for lease.
+	ClaimBatch(ctx context.Context, owner string, n int, lease time.Duration) ([]OutboxRecord, error)
+
+	// MarkPublished records that the rows ids, leased to owner, were
+	// published. Rows already marked published count as done. Rows owner
+	// does not hold are left alone and reported in a *LeaseLostError; the
+	// others are marked.
+	MarkPublished(ctx context.Context, ids []int64, owner string) error
+
+	// MarkFailed records a failed publish of row id leased to owner: attempts
+	// + 1, last error = reason, lease released until the retry delay has
+	// passed. stuck reports whether this failure reached the attempt limit.
+	MarkFailed(ctx context.Context, id int64, owner, reason string) (stuck bool, err error)
+
+	// ListPending returns up to limit records that are neither published nor
+	// stuck (including leased ones), oldest first.
+	ListPending(ctx context.Context, limit int) ([]OutboxRecord, error)
+
+	// ListStuck returns up to limit stuck records, oldest first.
+	ListStuck(ctx context.Context, limit int) ([]OutboxRecord, error)
+
+	// PurgePublished deletes records published before before and returns how
+	// many it deleted.
+	PurgePublished(ctx context.Context, before time.Time) (int64, error)
+}

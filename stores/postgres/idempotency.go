@@ -1,0 +1,299 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/acemq/acemq-flow/stores/internal/core"
+	"github.com/jackc/pgx/v5"
+)
+
+// TryClaim implements stores.Idempotency.
+func (s *Store) TryClaim(ctx context.Context, r core.ClaimRequest) (core.Claim, error) {
+	out, err := s.TryClaimBatch(ctx, []core.ClaimRequest{r})
+	if err != nil {
+		return core.Claim{}, err
+	}
+	return out[0], nil
+}
+
+// claimSQL claims every input key it can in one statement and, for the keys
+// it could not, reports the row it found. Keys are inserted in sorted order
+// so that concurrent batches lock rows in the same order and cannot
+// deadlock. The row found is read from the statement's snapshot: a row that
+// a concurrent transaction committed after the snapshot was taken makes the
+// INSERT skip the key yet is not visible to the join, and comes back with
+// neither a token nor a state; those are looked up again.
+const claimSQL = `
+WITH input AS (
+    SELECT k.key, k.owner, k.expires_at
+    FROM unnest($1::text[], $2::text[], $3::timestamptz[]) AS k(key, owner, expires_at)
+), claimed AS (
+    INSERT INTO acemq_idempotency AS i (key, state, token, owner, claimed_at, expires_at)
+    SELECT key, 'claimed', nextval('acemq_idempotency_token'), owner, $4, expires_at
+    FROM input ORDER BY key
+    ON CONFLICT (key) DO UPDATE SET
+        state = 'claimed', token = excluded.token, owner = excluded.owner,
+        claimed_at = excluded.claimed_at, confirmed_at = NULL, expires_at = excluded.expires_at
+    WHERE i.expires_at <= $4
+    RETURNING i.key, i.token
+)
+SELECT input.key, claimed.token, cur.state, cur.owner, cur.expires_at
+FROM input
+LEFT JOIN claimed ON claimed.key = input.key
+LEFT JOIN acemq_idempotency AS cur ON claimed.key IS NULL AND cur.key = input.key`
+
+const lookSQL = `SELECT key, state, owner, expires_at FROM acemq_idempotency WHERE key = ANY($1)`
+
+// maxClaimRounds bounds how often a key whose row vanished between the
+// INSERT and the look (released or purged meanwhile) is claimed again.
+const maxClaimRounds = 5
+
+// TryClaimBatch implements stores.Idempotency: one statement for the whole
+// batch, plus a look-up only for keys a concurrent commit hid from it.
+func (s *Store) TryClaimBatch(ctx context.Context, reqs []core.ClaimRequest) ([]core.Claim, error) {
+	if len(reqs) == 0 {
+		return nil, nil
+	}
+	leases := make([]time.Duration, len(reqs))
+	for i, r := range reqs {
+		l, err := s.opts.Lease(r)
+		if err != nil {
+			return nil, err
+		}
+		leases[i] = l
+	}
+	firsts, firstOf := core.Dedupe(reqs)
+	out := make([]core.Claim, len(reqs))
+	todo := firsts
+	for round := 0; len(todo) > 0; round++ {
+		if round == maxClaimRounds {
+			return nil, fmt.Errorf("idempotency key %q: %w", reqs[todo[0]].Key, errVanished)
+		}
+		var err error
+		todo, err = s.claimRound(ctx, reqs, leases, todo, out)
+		if err != nil {
+			return nil, err
+		}
+	}
+	core.Spread(out, firstOf)
+	return out, nil
+}
+
+// claimRound claims reqs[idx...] and fills out; it returns the indexes still
+// undecided.
+func (s *Store) claimRound(ctx context.Context, reqs []core.ClaimRequest, leases []time.Duration, idx []int, out []core.Claim) ([]int, error) {
+	now := s.opts.Now()
+	keys := make([]string, len(idx))
+	owners := make([]string, len(idx))
+	exps := make([]time.Time, len(idx))
+	byKey := make(map[string]int, len(idx))
+	for j, i := range idx {
+		keys[j], owners[j], exps[j] = reqs[i].Key, reqs[i].Owner, now.Add(leases[i])
+		byKey[reqs[i].Key] = i
+	}
+	what := claimWhat(reqs, idx)
+	rows, err := s.pool.Query(ctx, claimSQL, keys, owners, exps, now)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	var hidden []string
+	for rows.Next() {
+		var key string
+		var tok *int64
+		var state, owner *string
+		var exp *time.Time
+		if err := rows.Scan(&key, &tok, &state, &owner, &exp); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		i := byKey[key]
+		switch {
+		case tok != nil:
+			out[i] = core.Claim{State: core.Claimed, Token: core.Token(*tok), Owner: reqs[i].Owner, ExpiresAt: now.Add(leases[i])}
+		case state != nil:
+			out[i] = answer(*state, *owner, *exp)
+		default:
+			hidden = append(hidden, key)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	if len(hidden) == 0 {
+		return nil, nil
+	}
+	// Look for the rows with a fresh snapshot.
+	rows, err = s.pool.Query(ctx, lookSQL, hidden)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	found := map[string]bool{}
+	for rows.Next() {
+		var key, state, owner string
+		var exp time.Time
+		if err := rows.Scan(&key, &state, &owner, &exp); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		out[byKey[key]] = answer(state, owner, exp)
+		found[key] = true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	var again []int
+	for _, k := range hidden {
+		if !found[k] {
+			again = append(again, byKey[k])
+		}
+	}
+	return again, nil
+}
+
+// answer is what a claimant that could not claim is told about the row it
+// found. A row that is there and was not taken over is live: confirmed, or
+// held by someone else.
+func answer(state, owner string, exp time.Time) core.Claim {
+	c := core.Claim{State: core.InProgress, Owner: owner, ExpiresAt: exp}
+	if state == "confirmed" {
+		c.State = core.AlreadyConfirmed
+	}
+	return c
+}
+
+func claimWhat(reqs []core.ClaimRequest, idx []int) string {
+	if len(idx) == 1 {
+		return fmt.Sprintf("claim idempotency key %q", reqs[idx[0]].Key)
+	}
+	return fmt.Sprintf("claim batch of %d idempotency keys", len(idx))
+}
+
+// Confirm implements stores.Idempotency.
+func (s *Store) Confirm(ctx context.Context, key string, token core.Token) error {
+	refused, err := s.ConfirmBatch(ctx, []core.Held{{Key: key, Token: token}})
+	if err != nil {
+		return err
+	}
+	return refused[0]
+}
+
+const confirmSQL = `
+UPDATE acemq_idempotency AS i SET
+    confirmed_at = coalesce(i.confirmed_at, $3),
+    expires_at = CASE WHEN i.state = 'claimed' THEN $4 ELSE i.expires_at END,
+    state = 'confirmed'
+FROM (SELECT DISTINCT key, token FROM unnest($1::text[], $2::bigint[]) AS c(key, token) ORDER BY key) AS c
+WHERE i.key = c.key AND i.token = c.token
+RETURNING i.key, i.token`
+
+// ConfirmBatch implements stores.Idempotency: one statement, plus a look-up
+// only to explain refusals.
+func (s *Store) ConfirmBatch(ctx context.Context, held []core.Held) ([]error, error) {
+	if len(held) == 0 {
+		return nil, nil
+	}
+	what := fmt.Sprintf("confirm idempotency key %q", held[0].Key)
+	if len(held) > 1 {
+		what = fmt.Sprintf("confirm batch of %d idempotency keys", len(held))
+	}
+	now := s.opts.Now()
+	keys := make([]string, len(held))
+	tokens := make([]int64, len(held))
+	for i, h := range held {
+		keys[i], tokens[i] = h.Key, int64(h.Token)
+	}
+	rows, err := s.pool.Query(ctx, confirmSQL, keys, tokens, now, now.Add(s.opts.Retention))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	done, err := pgx.CollectRows(rows, pgx.RowToStructByPos[core.Held])
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	ok := make(map[core.Held]bool, len(done))
+	for _, h := range done {
+		ok[h] = true
+	}
+	refused := make([]error, len(held))
+	var missing []string
+	for _, h := range held {
+		if !ok[h] {
+			missing = append(missing, h.Key)
+		}
+	}
+	if len(missing) == 0 {
+		return refused, nil
+	}
+	cur, err := s.current(ctx, missing)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	for i, h := range held {
+		if !ok[h] {
+			refused[i] = cur.stale(h)
+		}
+	}
+	return refused, nil
+}
+
+type row struct {
+	token     core.Token
+	confirmed bool
+}
+
+type rowsByKey map[string]row
+
+func (m rowsByKey) stale(h core.Held) error {
+	r, ok := m[h.Key]
+	if !ok {
+		return core.Stale(h.Key, h.Token, 0, false)
+	}
+	return core.Stale(h.Key, h.Token, r.token, r.confirmed)
+}
+
+func (s *Store) current(ctx context.Context, keys []string) (rowsByKey, error) {
+	rows, err := s.pool.Query(ctx, `SELECT key, token, state = 'confirmed' FROM acemq_idempotency WHERE key = ANY($1)`, keys)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	m := rowsByKey{}
+	for rows.Next() {
+		var key string
+		var r row
+		if err := rows.Scan(&key, &r.token, &r.confirmed); err != nil {
+			return nil, err
+		}
+		m[key] = r
+	}
+	return m, rows.Err()
+}
+
+// Release implements stores.Idempotency.
+func (s *Store) Release(ctx context.Context, key string, token core.Token) error {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM acemq_idempotency WHERE key = $1 AND token = $2 AND state = 'claimed'`, key, int64(token))
+	if err != nil {
+		return fmt.Errorf("release idempotency key %q: %w", key, err)
+	}
+	if tag.RowsAffected() == 1 {
+		return nil
+	}
+	cur, err := s.current(ctx, []string{key})
+	if err != nil {
+		return fmt.Errorf("release idempotency key %q: %w", key, err)
+	}
+	return cur.stale(core.Held{Key: key, Token: token})
+}
+
+// PurgeExpired implements stores.Idempotency.
+func (s *Store) PurgeExpired(ctx context.Context) (int64, error) {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM acemq_idempotency WHERE expires_at <= $1`, s.opts.Now())
+	if err != nil {
+		return 0, fmt.Errorf("purge expired idempotency rows: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}

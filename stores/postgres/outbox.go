@@ -1,0 +1,219 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/acemq/acemq-flow/stores/internal/core"
+	"github.com/jackc/pgx/v5"
+)
+
+// Outbox is the PostgreSQL outbox write side (stores.Outbox[pgx.Tx]). The
+// zero value is ready to use; it needs no connection of its own.
+type Outbox struct{}
+
+// Outbox returns the write side.
+func (s *Store) Outbox() Outbox { return Outbox{} }
+
+// Add implements stores.Outbox: it inserts rec in tx, the caller's
+// transaction (begun on any pool or connection whose search_path reaches the
+// store's tables). The record is published only if tx commits.
+func (Outbox) Add(ctx context.Context, tx pgx.Tx, rec core.OutboxRecord) (int64, error) {
+	if tx == nil {
+		return 0, errors.New("outbox add: nil transaction")
+	}
+	if err := core.CheckRecord(rec); err != nil {
+		return 0, err
+	}
+	props, err := core.EncodeProperties(rec.Properties)
+	if err != nil {
+		return 0, err
+	}
+	body := rec.Body
+	if body == nil {
+		body = []byte{}
+	}
+	var id int64
+	err = tx.QueryRow(ctx, `
+INSERT INTO acemq_outbox (exchange, routing_key, body, content_type, properties)
+VALUES ($1, $2, $3, $4, $5::jsonb) RETURNING id`, rec.Exchange, rec.RoutingKey, body, rec.ContentType, string(props)).Scan(&id)
+	if err != nil {
+		return 0, fmt.Errorf("outbox add for exchange %q routing key %q: %w", rec.Exchange, rec.RoutingKey, err)
+	}
+	return id, nil
+}
+
+const recordCols = `o.id, o.exchange, o.routing_key, o.body, o.content_type, o.properties::text, o.created_at,
+    o.attempts, o.last_error, o.lease_owner, o.lease_until, o.published_at, o.stuck_at`
+
+func scanRecord(row pgx.CollectableRow) (core.OutboxRecord, error) {
+	var r core.OutboxRecord
+	var props string
+	var attempts int32
+	var lastErr, owner *string
+	var until, published, stuck *time.Time
+	if err := row.Scan(&r.ID, &r.Exchange, &r.RoutingKey, &r.Body, &r.ContentType, &props, &r.CreatedAt,
+		&attempts, &lastErr, &owner, &until, &published, &stuck); err != nil {
+		return r, err
+	}
+	if r.Body == nil {
+		r.Body = []byte{}
+	}
+	p, err := core.DecodeProperties([]byte(props))
+	if err != nil {
+		return r, fmt.Errorf("outbox row %d: %w", r.ID, err)
+	}
+	r.Properties, r.Attempts = p, int(attempts)
+	r.LastError, r.LeaseOwner = deref(lastErr), deref(owner)
+	r.LeaseUntil, r.PublishedAt, r.StuckAt = derefTime(until), derefTime(published), derefTime(stuck)
+	return r, nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+func derefTime(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return *t
+}
+
+func collect(rows pgx.Rows, err error) ([]core.OutboxRecord, error) {
+	if err != nil {
+		return nil, err
+	}
+	out, err := pgx.CollectRows(rows, scanRecord)
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(out, func(a, b core.OutboxRecord) int {
+		switch {
+		case a.ID < b.ID:
+			return -1
+		case a.ID > b.ID:
+			return 1
+		}
+		return 0
+	})
+	return out, nil
+}
+
+// ClaimBatch implements stores.OutboxRelay with FOR UPDATE SKIP LOCKED: a
+// row another relay is leasing right now is skipped, not waited for, and a
+// row whose lease a concurrent relay just committed fails the lease test
+// when PostgreSQL re-checks it.
+func (s *Store) ClaimBatch(ctx context.Context, owner string, n int, lease time.Duration) ([]core.OutboxRecord, error) {
+	if owner == "" || n <= 0 || lease <= 0 {
+		return nil, fmt.Errorf("outbox claim batch: owner must be set and n %d and lease %s positive", n, lease)
+	}
+	now := s.opts.Now()
+	out, err := collect(s.pool.Query(ctx, `
+WITH c AS (
+    SELECT id FROM acemq_outbox
+    WHERE published_at IS NULL AND stuck_at IS NULL AND (lease_until IS NULL OR lease_until <= $3)
+    ORDER BY id LIMIT $4
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE acemq_outbox AS o SET lease_owner = $1, lease_until = $2
+FROM c WHERE o.id = c.id
+RETURNING `+recordCols, owner, now.Add(lease), now, n))
+	if err != nil {
+		return nil, fmt.Errorf("outbox relay %q: claim batch: %w", owner, err)
+	}
+	return out, nil
+}
+
+// MarkPublished implements stores.OutboxRelay in one statement.
+func (s *Store) MarkPublished(ctx context.Context, ids []int64, owner string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	rows, err := s.pool.Query(ctx, `
+WITH m AS (
+    UPDATE acemq_outbox SET published_at = $2, lease_owner = NULL, lease_until = NULL
+    WHERE id = ANY($1) AND lease_owner = $3 AND published_at IS NULL AND stuck_at IS NULL
+    RETURNING id
+)
+SELECT x.id FROM unnest($1::bigint[]) AS x(id)
+WHERE x.id NOT IN (SELECT id FROM m)
+  AND NOT EXISTS (SELECT 1 FROM acemq_outbox o WHERE o.id = x.id AND o.published_at IS NOT NULL)`, ids, s.opts.Now(), owner)
+	if err != nil {
+		return fmt.Errorf("outbox relay %q: mark published: %w", owner, err)
+	}
+	lost, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return fmt.Errorf("outbox relay %q: mark published: %w", owner, err)
+	}
+	if len(lost) > 0 {
+		return &core.LeaseLostError{Owner: owner, IDs: lost}
+	}
+	return nil
+}
+
+// MarkFailed implements stores.OutboxRelay.
+func (s *Store) MarkFailed(ctx context.Context, id int64, owner, reason string) (bool, error) {
+	now := s.opts.Now()
+	var stuck bool
+	err := s.pool.QueryRow(ctx, `
+UPDATE acemq_outbox SET
+    attempts = attempts + 1,
+    last_error = $1,
+    lease_owner = NULL,
+    lease_until = CASE WHEN attempts + 1 >= $2 THEN NULL ELSE $3::timestamptz END,
+    stuck_at = CASE WHEN attempts + 1 >= $2 THEN $4::timestamptz ELSE NULL END
+WHERE id = $5 AND lease_owner = $6 AND published_at IS NULL AND stuck_at IS NULL
+RETURNING stuck_at IS NOT NULL`, reason, s.opts.OutboxMaxAttempts, now.Add(s.opts.OutboxRetryDelay), now, id, owner).Scan(&stuck)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, &core.LeaseLostError{Owner: owner, IDs: []int64{id}}
+	}
+	if err != nil {
+		return false, fmt.Errorf("outbox relay %q: mark row %d failed: %w", owner, id, err)
+	}
+	return stuck, nil
+}
+
+// ListPending implements stores.OutboxRelay.
+func (s *Store) ListPending(ctx context.Context, limit int) ([]core.OutboxRecord, error) {
+	out, err := collect(s.pool.Query(ctx, `SELECT `+recordCols+` FROM acemq_outbox AS o
+WHERE o.published_at IS NULL AND o.stuck_at IS NULL ORDER BY o.id LIMIT $1`, sqlLimit(limit)))
+	if err != nil {
+		return nil, fmt.Errorf("list pending outbox rows: %w", err)
+	}
+	return out, nil
+}
+
+// ListStuck implements stores.OutboxRelay.
+func (s *Store) ListStuck(ctx context.Context, limit int) ([]core.OutboxRecord, error) {
+	out, err := collect(s.pool.Query(ctx, `SELECT `+recordCols+` FROM acemq_outbox AS o
+WHERE o.stuck_at IS NOT NULL AND o.published_at IS NULL ORDER BY o.id LIMIT $1`, sqlLimit(limit)))
+	if err != nil {
+		return nil, fmt.Errorf("list stuck outbox rows: %w", err)
+	}
+	return out, nil
+}
+
+// sqlLimit turns "no limit" into NULL, which LIMIT reads as ALL.
+func sqlLimit(limit int) *int64 {
+	if limit <= 0 {
+		return nil
+	}
+	l := int64(limit)
+	return &l
+}
+
+// PurgePublished implements stores.OutboxRelay.
+func (s *Store) PurgePublished(ctx context.Context, before time.Time) (int64, error) {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM acemq_outbox WHERE published_at IS NOT NULL AND published_at < $1`, before)
+	if err != nil {
+		return 0, fmt.Errorf("purge published outbox rows: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}

@@ -1,0 +1,169 @@
+// Package postgres is the production store backend: the idempotency store
+// and the transactional outbox in PostgreSQL, through a pgx/v5 connection
+// pool.
+//
+// Every statement uses pgx's extended protocol with bound parameters (never
+// QueryExecModeSimpleProtocol for a statement with arguments). Tables are
+// unqualified and resolved through the connection's search_path, so a store
+// lives in whatever schema the URL's search_path names; a caller writing
+// outbox records must use a connection with the same search_path.
+//
+// Concurrency comes from the database: a claim is one INSERT … ON CONFLICT
+// DO UPDATE … WHERE expired, so of any number of concurrent claimants on any
+// number of replicas exactly one gets the row; a relay batch is leased with
+// FOR UPDATE SKIP LOCKED, so two relays never hold the same row.
+package postgres
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"sync"
+
+	"github.com/acemq/acemq-flow/stores/internal/core"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// Migrations returns the embedded SQL files that create the PostgreSQL
+// tables, in the order Migrate applies them.
+func Migrations() ([]core.Migration, error) {
+	return core.LoadMigrations(migrationFS, "migrations")
+}
+
+// Store is the PostgreSQL idempotency store and outbox relay side. It is safe
+// for concurrent use; Close closes its pool.
+type Store struct {
+	pool *pgxpool.Pool
+	opts core.Options
+	once sync.Once
+}
+
+// Open connects a pool to connURL (postgres:// or postgresql://, or a pgx
+// key=value string) and pings it. It does not create tables: call Migrate,
+// or apply the files Migrations returns. Options.LockTimeout, when set,
+// becomes the session's lock_timeout. Errors never contain the password.
+func Open(ctx context.Context, connURL string, opts core.Options) (*Store, error) {
+	o, err := opts.WithDefaults()
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := pgxpool.ParseConfig(connURL)
+	if err != nil {
+		// pgx redacts the password from its parse errors.
+		return nil, fmt.Errorf("open postgres store: %w", err)
+	}
+	if o.LockTimeout > 0 {
+		cfg.ConnConfig.RuntimeParams["lock_timeout"] = strconv.FormatInt(o.LockTimeout.Milliseconds(), 10)
+	}
+	where := Redact(connURL)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open postgres store %s: %w", where, err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("open postgres store %s: %w", where, err)
+	}
+	return &Store{pool: pool, opts: o}, nil
+}
+
+// Redact returns connURL with its password replaced, for logs and errors.
+func Redact(connURL string) string {
+	u, err := url.Parse(connURL)
+	if err != nil || u.Scheme == "" {
+		return "(postgres connection string)"
+	}
+	return u.Redacted()
+}
+
+// Pool returns the store's pool. A caller may begin its outbox transactions
+// on it, and must not close it.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// Close closes the pool. It is idempotent.
+func (s *Store) Close() error {
+	s.once.Do(s.pool.Close)
+	return nil
+}
+
+// Migrate applies the embedded migrations not yet recorded in
+// acemq_migrations, in one transaction under an advisory lock, so that
+// replicas starting together apply each file once.
+func (s *Store) Migrate(ctx context.Context) error {
+	ms, err := Migrations()
+	if err != nil {
+		return err
+	}
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext(current_schema() || '.acemq_migrations'))`); err != nil {
+			return err
+		}
+		applied := map[int]bool{}
+		var exists bool
+		if err := tx.QueryRow(ctx, `SELECT to_regclass('acemq_migrations') IS NOT NULL`).Scan(&exists); err != nil {
+			return err
+		}
+		if exists {
+			rows, err := tx.Query(ctx, `SELECT version FROM acemq_migrations`)
+			if err != nil {
+				return err
+			}
+			vs, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+			if err != nil {
+				return err
+			}
+			for _, v := range vs {
+				applied[int(v)] = true
+			}
+		}
+		for _, m := range ms {
+			if applied[m.Version] {
+				continue
+			}
+			// A migration takes no arguments, so pgx sends it as one
+			// multi-statement query; nothing is interpolated into it.
+			if _, err := tx.Exec(ctx, m.SQL); err != nil {
+				return fmt.Errorf("%s: %w", m.Name, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("migrate postgres store: %w", err)
+	}
+	return nil
+}
+
+// CheckSchema returns a *SchemaError (stores.SchemaError) when the tables
+// are missing or older than the embedded migrations.
+func (s *Store) CheckSchema(ctx context.Context) error {
+	ms, err := Migrations()
+	if err != nil {
+		return err
+	}
+	want := ms[len(ms)-1].Version
+	var have int32
+	err = s.pool.QueryRow(ctx, `SELECT CASE WHEN to_regclass('acemq_migrations') IS NULL THEN -1 ELSE -2 END`).Scan(&have)
+	if err != nil {
+		return fmt.Errorf("check postgres store schema: %w", err)
+	}
+	if have == -1 {
+		return &core.SchemaError{Backend: "postgres", Have: -1, Want: want}
+	}
+	if err := s.pool.QueryRow(ctx, `SELECT coalesce(max(version), -1) FROM acemq_migrations`).Scan(&have); err != nil {
+		return fmt.Errorf("check postgres store schema: %w", err)
+	}
+	if int(have) < want {
+		return &core.SchemaError{Backend: "postgres", Have: int(have), Want: want}
+	}
+	return nil
+}
+
+var errVanished = errors.New("claim neither inserted nor found after retries")

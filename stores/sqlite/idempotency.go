@@ -1,0 +1,216 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/acemq/acemq-flow/stores/internal/core"
+)
+
+// TryClaim implements stores.Idempotency.
+func (s *Store) TryClaim(ctx context.Context, r core.ClaimRequest) (core.Claim, error) {
+	out, err := s.TryClaimBatch(ctx, []core.ClaimRequest{r})
+	if err != nil {
+		return core.Claim{}, err
+	}
+	return out[0], nil
+}
+
+const claimSQL = `
+INSERT INTO acemq_idempotency (key, state, token, owner, claimed_at, expires_at)
+VALUES (?1, 'claimed', ?2, ?3, ?4, ?5)
+ON CONFLICT (key) DO UPDATE SET
+    state = 'claimed', token = excluded.token, owner = excluded.owner,
+    claimed_at = excluded.claimed_at, confirmed_at = NULL, expires_at = excluded.expires_at
+WHERE acemq_idempotency.expires_at <= ?4
+RETURNING token`
+
+// TryClaimBatch implements stores.Idempotency: all claims in one
+// transaction.
+func (s *Store) TryClaimBatch(ctx context.Context, reqs []core.ClaimRequest) ([]core.Claim, error) {
+	if len(reqs) == 0 {
+		return nil, nil
+	}
+	leases := make([]time.Duration, len(reqs))
+	for i, r := range reqs {
+		l, err := s.opts.Lease(r)
+		if err != nil {
+			return nil, err
+		}
+		leases[i] = l
+	}
+	firsts, firstOf := core.Dedupe(reqs)
+	out := make([]core.Claim, len(reqs))
+	err := s.inTx(ctx, claimWhat(reqs), func(tx *sql.Tx) error {
+		now := s.opts.Now()
+		var last int64
+		err := tx.QueryRowContext(ctx, `UPDATE acemq_idempotency_token SET value = value + ? WHERE id = 1 RETURNING value`, len(firsts)).Scan(&last)
+		if errors.Is(err, sql.ErrNoRows) {
+			return errors.New("fencing counter row missing from acemq_idempotency_token; run `acemq-flow migrate`")
+		}
+		if err != nil {
+			return err
+		}
+		next := core.Token(last) - core.Token(len(firsts))
+		for _, i := range firsts {
+			r := reqs[i]
+			next++
+			exp := now.Add(leases[i])
+			var tok int64
+			err := tx.QueryRowContext(ctx, claimSQL, r.Key, int64(next), r.Owner, now.UnixMilli(), exp.UnixMilli()).Scan(&tok)
+			if err == nil {
+				out[i] = core.Claim{State: core.Claimed, Token: core.Token(tok), Owner: r.Owner, ExpiresAt: time.UnixMilli(exp.UnixMilli())}
+				continue
+			}
+			if !errors.Is(err, sql.ErrNoRows) {
+				return fmt.Errorf("idempotency key %q: %w", r.Key, err)
+			}
+			// Nothing inserted or taken over: the row exists and is live.
+			// Look at it; the write lock this transaction holds keeps it there.
+			c, found, err := current(ctx, tx, r.Key)
+			if err != nil {
+				return fmt.Errorf("idempotency key %q: %w", r.Key, err)
+			}
+			if !found {
+				return fmt.Errorf("idempotency key %q: claim neither inserted nor found", r.Key)
+			}
+			out[i] = c
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	core.Spread(out, firstOf)
+	return out, nil
+}
+
+func claimWhat(reqs []core.ClaimRequest) string {
+	if len(reqs) == 1 {
+		return "claim"
+	}
+	return fmt.Sprintf("claim batch of %d", len(reqs))
+}
+
+// current reads the row for key as the answer a claimant gets when it could
+// not claim.
+func current(ctx context.Context, tx *sql.Tx, key string) (core.Claim, bool, error) {
+	var state, owner string
+	var exp int64
+	err := tx.QueryRowContext(ctx, `SELECT state, owner, expires_at FROM acemq_idempotency WHERE key = ?`, key).Scan(&state, &owner, &exp)
+	if errors.Is(err, sql.ErrNoRows) {
+		return core.Claim{}, false, nil
+	}
+	if err != nil {
+		return core.Claim{}, false, err
+	}
+	c := core.Claim{State: core.InProgress, Owner: owner, ExpiresAt: time.UnixMilli(exp)}
+	if state == "confirmed" {
+		c.State = core.AlreadyConfirmed
+	}
+	return c, true, nil
+}
+
+// stale reads what holds key now, to explain a refusal.
+func stale(ctx context.Context, tx *sql.Tx, key string, presented core.Token) error {
+	var state string
+	var tok int64
+	err := tx.QueryRowContext(ctx, `SELECT state, token FROM acemq_idempotency WHERE key = ?`, key).Scan(&state, &tok)
+	if errors.Is(err, sql.ErrNoRows) {
+		return core.Stale(key, presented, 0, false)
+	}
+	if err != nil {
+		return fmt.Errorf("idempotency key %q: %w", key, err)
+	}
+	return core.Stale(key, presented, core.Token(tok), state == "confirmed")
+}
+
+// Confirm implements stores.Idempotency.
+func (s *Store) Confirm(ctx context.Context, key string, token core.Token) error {
+	refused, err := s.ConfirmBatch(ctx, []core.Held{{Key: key, Token: token}})
+	if err != nil {
+		return err
+	}
+	return refused[0]
+}
+
+// ConfirmBatch implements stores.Idempotency: all confirms in one
+// transaction.
+func (s *Store) ConfirmBatch(ctx context.Context, held []core.Held) ([]error, error) {
+	if len(held) == 0 {
+		return nil, nil
+	}
+	refused := make([]error, len(held))
+	what := "confirm"
+	if len(held) > 1 {
+		what = fmt.Sprintf("confirm batch of %d", len(held))
+	}
+	err := s.inTx(ctx, what, func(tx *sql.Tx) error {
+		now := s.opts.Now()
+		for i, h := range held {
+			res, err := tx.ExecContext(ctx, `
+UPDATE acemq_idempotency SET
+    confirmed_at = coalesce(confirmed_at, ?1),
+    expires_at = CASE WHEN state = 'claimed' THEN ?2 ELSE expires_at END,
+    state = 'confirmed'
+WHERE key = ?3 AND token = ?4`, now.UnixMilli(), now.Add(s.opts.Retention).UnixMilli(), h.Key, int64(h.Token))
+			if err != nil {
+				return fmt.Errorf("idempotency key %q: %w", h.Key, err)
+			}
+			n, err := res.RowsAffected()
+			if err != nil {
+				return err
+			}
+			if n == 0 {
+				err := stale(ctx, tx, h.Key, h.Token)
+				if !errors.Is(err, core.ErrStaleClaim) {
+					return err
+				}
+				refused[i] = err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return refused, nil
+}
+
+// Release implements stores.Idempotency.
+func (s *Store) Release(ctx context.Context, key string, token core.Token) error {
+	var refused error
+	err := s.inTx(ctx, "release", func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `DELETE FROM acemq_idempotency WHERE key = ? AND token = ? AND state = 'claimed'`, key, int64(token))
+		if err != nil {
+			return fmt.Errorf("idempotency key %q: %w", key, err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			refused = stale(ctx, tx, key, token)
+			if !errors.Is(refused, core.ErrStaleClaim) {
+				return refused
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return refused
+}
+
+// PurgeExpired implements stores.Idempotency.
+func (s *Store) PurgeExpired(ctx context.Context) (int64, error) {
+	res, err := s.db.ExecContext(ctx, `DELETE FROM acemq_idempotency WHERE expires_at <= ?`, s.opts.Now().UnixMilli())
+	if err != nil {
+		return 0, fmt.Errorf("purge expired idempotency rows: %w", err)
+	}
+	return res.RowsAffected()
+}

@@ -1,0 +1,235 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/acemq/acemq-flow/stores/internal/core"
+)
+
+// Outbox is the SQLite outbox write side (stores.Outbox[*sql.Tx]). The zero
+// value is ready to use; it needs no connection of its own.
+type Outbox struct{}
+
+// Outbox returns the write side.
+func (s *Store) Outbox() Outbox { return Outbox{} }
+
+// Add implements stores.Outbox: it inserts rec in tx, which must be a
+// transaction on the store's SQLite file (begun on Store.DB, or on a handle
+// opened with DSN). The record is published only if tx commits.
+func (Outbox) Add(ctx context.Context, tx *sql.Tx, rec core.OutboxRecord) (int64, error) {
+	if tx == nil {
+		return 0, errors.New("outbox add: nil transaction")
+	}
+	if err := core.CheckRecord(rec); err != nil {
+		return 0, err
+	}
+	props, err := core.EncodeProperties(rec.Properties)
+	if err != nil {
+		return 0, err
+	}
+	body := rec.Body
+	if body == nil {
+		body = []byte{}
+	}
+	var id int64
+	err = tx.QueryRowContext(ctx, `
+INSERT INTO acemq_outbox (exchange, routing_key, body, content_type, properties)
+VALUES (?, ?, ?, ?, ?) RETURNING id`, rec.Exchange, rec.RoutingKey, body, rec.ContentType, string(props)).Scan(&id)
+	if err != nil {
+		return 0, fmt.Errorf("outbox add for exchange %q routing key %q: %w", rec.Exchange, rec.RoutingKey, err)
+	}
+	return id, nil
+}
+
+const recordCols = `id, exchange, routing_key, body, content_type, properties, created_at,
+    attempts, last_error, lease_owner, lease_until, published_at, stuck_at`
+
+type scanner interface{ Scan(...any) error }
+
+func scanRecord(sc scanner) (core.OutboxRecord, error) {
+	var r core.OutboxRecord
+	var props string
+	var created int64
+	var lastErr, owner sql.NullString
+	var until, published, stuck sql.NullInt64
+	if err := sc.Scan(&r.ID, &r.Exchange, &r.RoutingKey, &r.Body, &r.ContentType, &props, &created,
+		&r.Attempts, &lastErr, &owner, &until, &published, &stuck); err != nil {
+		return r, err
+	}
+	if r.Body == nil {
+		r.Body = []byte{}
+	}
+	p, err := core.DecodeProperties([]byte(props))
+	if err != nil {
+		return r, fmt.Errorf("outbox row %d: %w", r.ID, err)
+	}
+	r.Properties = p
+	r.CreatedAt = time.UnixMilli(created)
+	r.LastError, r.LeaseOwner = lastErr.String, owner.String
+	r.LeaseUntil, r.PublishedAt, r.StuckAt = msTime(until), msTime(published), msTime(stuck)
+	return r, nil
+}
+
+func msTime(v sql.NullInt64) time.Time {
+	if !v.Valid {
+		return time.Time{}
+	}
+	return time.UnixMilli(v.Int64)
+}
+
+func collect(rows *sql.Rows, err error) ([]core.OutboxRecord, error) {
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []core.OutboxRecord
+	for rows.Next() {
+		r, err := scanRecord(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	slices.SortFunc(out, func(a, b core.OutboxRecord) int { return cmpID(a.ID, b.ID) })
+	return out, nil
+}
+
+func cmpID(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// ClaimBatch implements stores.OutboxRelay. SQLite has one writer at a time,
+// so the UPDATE alone keeps two relays off the same rows.
+func (s *Store) ClaimBatch(ctx context.Context, owner string, n int, lease time.Duration) ([]core.OutboxRecord, error) {
+	if owner == "" || n <= 0 || lease <= 0 {
+		return nil, fmt.Errorf("outbox claim batch: owner must be set and n %d and lease %s positive", n, lease)
+	}
+	now := s.opts.Now()
+	out, err := collect(s.db.QueryContext(ctx, `
+UPDATE acemq_outbox SET lease_owner = ?1, lease_until = ?2
+WHERE id IN (
+    SELECT id FROM acemq_outbox
+    WHERE published_at IS NULL AND stuck_at IS NULL AND (lease_until IS NULL OR lease_until <= ?3)
+    ORDER BY id LIMIT ?4)
+RETURNING `+recordCols, owner, now.Add(lease).UnixMilli(), now.UnixMilli(), n))
+	if err != nil {
+		return nil, fmt.Errorf("outbox relay %q: claim batch: %w", owner, err)
+	}
+	return out, nil
+}
+
+// MarkPublished implements stores.OutboxRelay.
+func (s *Store) MarkPublished(ctx context.Context, ids []int64, owner string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	list, err := json.Marshal(ids)
+	if err != nil {
+		return err
+	}
+	var lost []int64
+	err = s.inTx(ctx, fmt.Sprintf("outbox relay %q: mark published", owner), func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `
+UPDATE acemq_outbox SET published_at = ?1, lease_owner = NULL, lease_until = NULL
+WHERE id IN (SELECT value FROM json_each(?2)) AND lease_owner = ?3
+    AND published_at IS NULL AND stuck_at IS NULL`, s.opts.Now().UnixMilli(), string(list), owner); err != nil {
+			return err
+		}
+		rows, err := tx.QueryContext(ctx, `
+SELECT j.value FROM json_each(?1) AS j
+WHERE NOT EXISTS (SELECT 1 FROM acemq_outbox o WHERE o.id = j.value AND o.published_at IS NOT NULL)`, string(list))
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id int64
+			if err := rows.Scan(&id); err != nil {
+				return err
+			}
+			lost = append(lost, id)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return err
+	}
+	if lost != nil {
+		return &core.LeaseLostError{Owner: owner, IDs: lost}
+	}
+	return nil
+}
+
+// MarkFailed implements stores.OutboxRelay.
+func (s *Store) MarkFailed(ctx context.Context, id int64, owner, reason string) (bool, error) {
+	now := s.opts.Now()
+	var stuck bool
+	err := s.db.QueryRowContext(ctx, `
+UPDATE acemq_outbox SET
+    attempts = attempts + 1,
+    last_error = ?1,
+    lease_owner = NULL,
+    lease_until = CASE WHEN attempts + 1 >= ?2 THEN NULL ELSE ?3 END,
+    stuck_at = CASE WHEN attempts + 1 >= ?2 THEN ?4 ELSE NULL END
+WHERE id = ?5 AND lease_owner = ?6 AND published_at IS NULL AND stuck_at IS NULL
+RETURNING stuck_at IS NOT NULL`, reason, s.opts.OutboxMaxAttempts, now.Add(s.opts.OutboxRetryDelay).UnixMilli(),
+		now.UnixMilli(), id, owner).Scan(&stuck)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, &core.LeaseLostError{Owner: owner, IDs: []int64{id}}
+	}
+	if err != nil {
+		return false, fmt.Errorf("outbox relay %q: mark row %d failed: %w", owner, id, err)
+	}
+	return stuck, nil
+}
+
+// ListPending implements stores.OutboxRelay.
+func (s *Store) ListPending(ctx context.Context, limit int) ([]core.OutboxRecord, error) {
+	out, err := collect(s.db.QueryContext(ctx, `SELECT `+recordCols+` FROM acemq_outbox
+WHERE published_at IS NULL AND stuck_at IS NULL ORDER BY id LIMIT ?`, sqlLimit(limit)))
+	if err != nil {
+		return nil, fmt.Errorf("list pending outbox rows: %w", err)
+	}
+	return out, nil
+}
+
+// ListStuck implements stores.OutboxRelay.
+func (s *Store) ListStuck(ctx context.Context, limit int) ([]core.OutboxRecord, error) {
+	out, err := collect(s.db.QueryContext(ctx, `SELECT `+recordCols+` FROM acemq_outbox
+WHERE stuck_at IS NOT NULL AND published_at IS NULL ORDER BY id LIMIT ?`, sqlLimit(limit)))
+	if err != nil {
+		return nil, fmt.Errorf("list stuck outbox rows: %w", err)
+	}
+	return out, nil
+}
+
+func sqlLimit(limit int) int {
+	if limit <= 0 {
+		return -1
+	}
+	return limit
+}
+
+// PurgePublished implements stores.OutboxRelay.
+func (s *Store) PurgePublished(ctx context.Context, before time.Time) (int64, error) {
+	res, err := s.db.ExecContext(ctx, `DELETE FROM acemq_outbox WHERE published_at IS NOT NULL AND published_at < ?`, before.UnixMilli())
+	if err != nil {
+		return 0, fmt.Errorf("purge published outbox rows: %w", err)
+	}
+	return res.RowsAffected()
+}
