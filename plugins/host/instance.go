@@ -1,0 +1,278 @@
+package host
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/acemq/acemq-flow/plugins/proto"
+)
+
+// Limits on one CallBatch: calls that are queued together travel together,
+// but the sender never waits to fill a batch.
+const (
+	maxBatchCalls = 256
+	maxBatchBytes = 1 << 20
+	sendQueueLen  = 1024
+)
+
+// instance is one running plugin process (or in-process server) and the
+// call stream multiplexed over its connection. It fails once, for good:
+// the Plugin replaces a failed instance with a new one.
+type instance struct {
+	plugin   string
+	rpc      proto.PluginClient
+	stream   proto.Plugin_CallsClient
+	cancel   context.CancelFunc // ends the stream
+	sendq    chan outgoing
+	started  time.Time
+	handlers []HandlerInfo
+	pid      int // 0 in process
+
+	// release stops what the instance runs on (kills and waits for the
+	// process, or closes an in-process connection); called once by stop.
+	release func() error
+
+	nextID atomic.Uint64
+
+	mu      sync.Mutex
+	pending map[uint64]chan *proto.HandleResponse
+	failed  bool
+
+	done chan struct{} // closed by fail
+	err  error         // why; set before done is closed
+
+	loops    sync.WaitGroup
+	stopOnce sync.Once
+	stopErr  error
+}
+
+type outgoing struct {
+	call   *proto.HandleRequest // a new call, or
+	cancel uint64               // a call the host no longer waits for
+}
+
+// openInstance checks the plugin's health, describes it and opens the call
+// stream over conn. exited, when not nil, is closed when the process exits;
+// exitStatus then says how. On error, the caller still owns release.
+func openInstance(ctx context.Context, name string, conn grpc.ClientConnInterface, pid int,
+	exited <-chan struct{}, exitStatus func() string, release func() error) (*instance, error) {
+	health, err := grpc_health_v1.NewHealthClient(conn).Check(ctx, &grpc_health_v1.HealthCheckRequest{Service: "plugin"})
+	if err != nil {
+		return nil, fmt.Errorf("health check: %w", err)
+	}
+	if s := health.GetStatus(); s != grpc_health_v1.HealthCheckResponse_SERVING {
+		return nil, fmt.Errorf("health check: service %q reports %s, want SERVING", "plugin", s)
+	}
+	rpc := proto.NewPluginClient(conn)
+	desc, err := rpc.Describe(ctx, &proto.DescribeRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("describe: %w", err)
+	}
+	// The stream lives as long as the instance, not as long as ctx (the
+	// caller of Start, or one restart attempt).
+	streamCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stream, err := rpc.Calls(streamCtx)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("open call stream: %w", err)
+	}
+	i := &instance{
+		plugin:   name,
+		rpc:      rpc,
+		stream:   stream,
+		cancel:   cancel,
+		sendq:    make(chan outgoing, sendQueueLen),
+		started:  time.Now(),
+		handlers: handlersFromProto(desc),
+		pid:      pid,
+		release:  release,
+		pending:  make(map[uint64]chan *proto.HandleResponse),
+		done:     make(chan struct{}),
+	}
+	i.loops.Go(i.recvLoop)
+	i.loops.Go(i.sendLoop)
+	if exited != nil {
+		i.loops.Go(func() {
+			select {
+			case <-exited:
+				i.fail(fmt.Errorf("%w (%s)", ErrCrashed, exitStatus()))
+			case <-i.done:
+			}
+		})
+	}
+	return i, nil
+}
+
+// fail marks the instance failed with err (the first error wins) and
+// releases every caller waiting on it.
+func (i *instance) fail(err error) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if i.failed {
+		return
+	}
+	i.failed = true
+	i.err = err
+	clear(i.pending)
+	close(i.done)
+	i.cancel()
+}
+
+func (i *instance) alive() bool {
+	select {
+	case <-i.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// stop fails the instance (if it has not failed yet), ends its stream,
+// waits for its goroutines and releases the process. It is idempotent.
+func (i *instance) stop(reason error) error {
+	i.stopOnce.Do(func() {
+		i.fail(reason)
+		i.loops.Wait()
+		if i.release != nil {
+			i.stopErr = i.release()
+		}
+	})
+	return i.stopErr
+}
+
+// call sends one request and waits for its answer, ctx's end or the
+// instance's failure. The errors it returns are all retryable.
+func (i *instance) call(ctx context.Context, req Request) (*proto.HandleResponse, error) {
+	id := i.nextID.Add(1)
+	ch := make(chan *proto.HandleResponse, 1)
+	i.mu.Lock()
+	if i.failed {
+		i.mu.Unlock()
+		return nil, i.err
+	}
+	i.pending[id] = ch
+	i.mu.Unlock()
+
+	var timeout time.Duration
+	if d, ok := ctx.Deadline(); ok {
+		timeout = time.Until(d)
+	}
+	select {
+	case i.sendq <- outgoing{call: requestToProto(id, req, timeout)}:
+	case <-ctx.Done():
+		i.forget(id)
+		return nil, context.Cause(ctx)
+	case <-i.done:
+		return nil, i.err
+	}
+	select {
+	case resp := <-ch:
+		return resp, nil
+	case <-ctx.Done():
+		if i.forget(id) {
+			// Best effort: tell the plugin to cancel the handler's context.
+			// A full queue means the plugin is far behind; its own copy of
+			// the deadline ends the handler then.
+			select {
+			case i.sendq <- outgoing{cancel: id}:
+			default:
+			}
+		}
+		select {
+		case resp := <-ch: // answered while the deadline passed: use it
+			return resp, nil
+		default:
+		}
+		return nil, context.Cause(ctx)
+	case <-i.done:
+		select {
+		case resp := <-ch:
+			return resp, nil
+		default:
+		}
+		return nil, i.err
+	}
+}
+
+// forget removes a pending call and reports whether it was still pending.
+func (i *instance) forget(id uint64) bool {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	_, ok := i.pending[id]
+	delete(i.pending, id)
+	return ok
+}
+
+func (i *instance) recvLoop() {
+	for {
+		batch, err := i.stream.Recv()
+		if err != nil {
+			i.fail(fmt.Errorf("%w (connection lost: %v)", ErrCrashed, err))
+			return
+		}
+		i.mu.Lock()
+		for _, r := range batch.GetResults() {
+			if ch, ok := i.pending[r.GetCallId()]; ok {
+				delete(i.pending, r.GetCallId())
+				ch <- r // buffered, and only this loop sends on it
+			}
+		}
+		i.mu.Unlock()
+	}
+}
+
+func (i *instance) sendLoop() {
+	defer func() { _ = i.stream.CloseSend() }()
+	batch := &proto.CallBatch{}
+	for {
+		select {
+		case o := <-i.sendq:
+			size := addOutgoing(batch, o)
+		fill:
+			for len(batch.Calls)+len(batch.Cancel) < maxBatchCalls && size < maxBatchBytes {
+				select {
+				case o := <-i.sendq:
+					size += addOutgoing(batch, o)
+				default:
+					break fill
+				}
+			}
+		case <-i.done:
+			return
+		}
+		if err := i.stream.Send(batch); err != nil {
+			i.fail(fmt.Errorf("%w (connection lost: %v)", ErrCrashed, err))
+			return
+		}
+		clear(batch.Calls)
+		batch.Calls, batch.Cancel = batch.Calls[:0], batch.Cancel[:0]
+	}
+}
+
+// describe asks the running plugin for its handlers.
+func (i *instance) describe(ctx context.Context) ([]HandlerInfo, error) {
+	desc, err := i.rpc.Describe(ctx, &proto.DescribeRequest{})
+	if err != nil {
+		if !i.alive() {
+			return nil, i.err
+		}
+		return nil, err
+	}
+	return handlersFromProto(desc), nil
+}
+
+// addOutgoing adds o to batch and returns roughly how many bytes it adds.
+func addOutgoing(batch *proto.CallBatch, o outgoing) int {
+	if o.call == nil {
+		batch.Cancel = append(batch.Cancel, o.cancel)
+		return 8
+	}
+	batch.Calls = append(batch.Calls, o.call)
+	return len(o.call.GetPayload()) + 128
+}

@@ -1,0 +1,141 @@
+package host
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-plugin/runner"
+)
+
+// procRunner is the go-plugin runner for a plugin process. The host uses
+// its own runner rather than go-plugin's so that it owns the child: it
+// starts it in its own process group with a parent-death signal (no orphan
+// when the runtime is killed with SIGKILL), kills the whole group, and knows
+// when the process has exited.
+type procRunner struct {
+	cfg    Config
+	cmd    *exec.Cmd
+	stdout io.ReadCloser
+	stderr io.ReadCloser
+
+	mu  sync.Mutex
+	pid int
+
+	exited  chan struct{} // closed once the process has been waited for
+	waitErr error         // set before exited is closed
+}
+
+var _ runner.Runner = (*procRunner)(nil)
+
+// newProcRunner builds the command for cfg. base carries the environment
+// go-plugin prepared (magic cookie, mTLS certificate, socket directory),
+// which is applied last so a flow's env cannot override it.
+func newProcRunner(cfg Config, base *exec.Cmd) (*procRunner, error) {
+	cmd := exec.Command(cfg.Command, cfg.Args...)
+	cmd.Dir = cfg.Dir
+	env := os.Environ()
+	for _, k := range slices.Sorted(maps.Keys(cfg.Env)) {
+		env = append(env, k+"="+cfg.Env[k])
+	}
+	cmd.Env = append(env, base.Env...)
+	cmd.SysProcAttr = childProcAttr()
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	return &procRunner{cfg: cfg, cmd: cmd, stdout: stdout, stderr: stderr, exited: make(chan struct{})}, nil
+}
+
+func (r *procRunner) Start(context.Context) error {
+	if err := r.cmd.Start(); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.pid = r.cmd.Process.Pid
+	r.mu.Unlock()
+	return nil
+}
+
+// Wait is called once by go-plugin, after the plugin's stdout and stderr
+// reached EOF.
+func (r *procRunner) Wait(context.Context) error {
+	err := r.cmd.Wait()
+	r.waitErr = err
+	close(r.exited)
+	return err
+}
+
+// Kill sends SIGKILL to the plugin's process group (its children too). It
+// is safe to call at any time and more than once.
+func (r *procRunner) Kill(context.Context) error {
+	pid := r.Pid()
+	if pid == 0 {
+		return nil
+	}
+	return killGroup(pid)
+}
+
+// exitStatus describes how the process ended ("exit status 3", "signal:
+// killed"); call it only after exited is closed.
+func (r *procRunner) exitStatus() string {
+	if ps := r.cmd.ProcessState; ps != nil {
+		return ps.String()
+	}
+	return fmt.Sprint(r.waitErr)
+}
+
+// Pid is the plugin's process id, 0 before it started.
+func (r *procRunner) Pid() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.pid
+}
+
+func (r *procRunner) Stdout() io.ReadCloser { return r.stdout }
+func (r *procRunner) Stderr() io.ReadCloser { return r.stderr }
+func (r *procRunner) Name() string          { return r.cfg.Command }
+
+func (r *procRunner) ID() string {
+	if pid := r.Pid(); pid != 0 {
+		return strconv.Itoa(pid)
+	}
+	return ""
+}
+
+func (r *procRunner) Diagnose(context.Context) string {
+	return fmt.Sprintf("%s did not print a go-plugin handshake line on stdout; is it an acemq-flow plugin "+
+		"(built with plugins/sdk, or speaking the protocol in plugins/README.md) for this machine's architecture?", r.cfg.Command)
+}
+
+func (r *procRunner) PluginToHost(network, addr string) (string, string, error) {
+	return network, addr, nil
+}
+func (r *procRunner) HostToPlugin(network, addr string) (string, string, error) {
+	return network, addr, nil
+}
+
+// runnerFunc adapts newProcRunner to go-plugin's ClientConfig.RunnerFunc,
+// remembering the runner so the host can kill and watch it.
+func runnerFunc(cfg Config, out *atomic.Pointer[procRunner]) func(hclog.Logger, *exec.Cmd, string) (runner.Runner, error) {
+	return func(_ hclog.Logger, base *exec.Cmd, _ string) (runner.Runner, error) {
+		r, err := newProcRunner(cfg, base)
+		if err != nil {
+			return nil, err
+		}
+		out.Store(r)
+		return r, nil
+	}
+}
