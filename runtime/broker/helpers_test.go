@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -105,19 +106,42 @@ func (e *env) waitDepth(queue string, want int) {
 // and only that one.
 func closeConnection(t *testing.T, name string) {
 	t.Helper()
+	closeConnections(t, name)
+}
+
+// closeConnections force-closes, on the broker, the connections with these
+// names and no other, all at once.
+func closeConnections(t *testing.T, names ...string) {
+	t.Helper()
 	out := testenv.Rabbitmqctl(t, "-q", "list_connections", "--no-table-headers", "pid", "client_properties")
-	needle := fmt.Sprintf(`{"connection_name","%s"}`, name)
-	closed := 0
-	for _, line := range strings.Split(out, "\n") {
-		if !strings.Contains(line, needle) {
-			continue
+	var pids []string
+	for _, name := range names {
+		needle := fmt.Sprintf(`{"connection_name","%s"}`, name)
+		found := false
+		for _, line := range strings.Split(out, "\n") {
+			if strings.Contains(line, needle) {
+				pids = append(pids, strings.Fields(line)[0])
+				found = true
+			}
 		}
-		pid := strings.Fields(line)[0]
-		testenv.Rabbitmqctl(t, "close_connection", pid, "closed by test")
-		closed++
+		if !found {
+			t.Fatalf("no connection named %q on the broker:\n%s", name, out)
+		}
 	}
-	if closed == 0 {
-		t.Fatalf("no connection named %q on the broker:\n%s", name, out)
+	errs := make(chan error, len(pids))
+	for _, pid := range pids {
+		go func() {
+			out, err := exec.Command("rabbitmqctl", "close_connection", pid, "closed by test").CombinedOutput()
+			if err != nil {
+				err = fmt.Errorf("rabbitmqctl close_connection %s: %v\n%s", pid, err, out)
+			}
+			errs <- err
+		}()
+	}
+	for range pids {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
