@@ -93,7 +93,9 @@ var (
 func Backend(storeURL string) (string, error) {
 	scheme, _, ok := strings.Cut(storeURL, ":")
 	if !ok {
-		return "", fmt.Errorf("store URL %q: want postgres://…, sqlite:PATH or memory:", redact(storeURL))
+		// Not echoed: without a scheme there is no telling which part is a
+		// password.
+		return "", fmt.Errorf("store URL has no scheme; want postgres://…, sqlite:PATH or memory:")
 	}
 	switch strings.ToLower(scheme) {
 	case "postgres", "postgresql":

@@ -1,0 +1,58 @@
+// Package stores defines what acemq-flow keeps in a database: the
+// idempotency store (claims and confirmations, keyed by message) and the
+// transactional outbox (messages written in a caller's transaction and
+// published later by a relay). It knows keys, payload bytes, claims and
+// states; it does not know what flows, steps or consumers are, and it never
+// imports spec or runtime.
+//
+// # Backends
+//
+// A store URL picks the backend:
+//
+//	postgres://user@host:5432/db?sslmode=verify-full  production, pgx pool (stores/postgres)
+//	sqlite:/var/lib/acemq/flow.db                     embedded default, pure Go (stores/sqlite)
+//	memory:                                           tests only (stores/memory)
+//
+// Every backend passes the same conformance suite, stores/storetest.
+//
+// # Entry points, in the order a caller uses them
+//
+//  1. Open(ctx, url, Options) returns a Set. It connects and creates
+//     nothing.
+//  2. Set.Migrate (development, `run --create-schema`, `acemq-flow
+//     migrate`) applies the embedded SQL; Set.CheckSchema (production)
+//     checks an operator applied it. WriteMigrations prints that SQL for
+//     `migrate --print`.
+//  3. The consumer side uses the Idempotency methods of the Set: TryClaim
+//     (or TryClaimBatch) before a handler, Confirm (or ConfirmBatch) after
+//     it, Release when it fails, PurgeExpired on a schedule.
+//  4. Application code writes outbox records with the backend's write side,
+//     an Outbox[Tx] for its own transaction type: (*postgres.Store).Outbox
+//     takes a pgx.Tx, (*sqlite.Store).Outbox a *sql.Tx,
+//     (*memory.Store).Outbox a *memory.Tx. Never a pool.
+//  5. The relay uses the OutboxRelay methods of the Set: ClaimBatch,
+//     MarkPublished, MarkFailed; `outbox list [--stuck]` uses ListPending
+//     and ListStuck.
+//  6. Close.
+//
+// The protocols — who calls what when, and what each error means — are
+// stated on Idempotency and OutboxRelay. In short: a duplicate claim is an
+// answer (AlreadyConfirmed or InProgress), never an error; every error that
+// is not a *StaleClaimError or *LeaseLostError is a failure of the store
+// and decides nothing; InProgress is never a duplicate.
+//
+// # Concurrency
+//
+// Every Set is safe for concurrent use. Correctness across replicas comes
+// from the database: exactly one concurrent claimant of a key gets Claimed,
+// and no two relays hold the same outbox row at once. Leases are computed
+// from Options.Now, so replicas' clocks must agree to well within the
+// claim timeout and the relay lease.
+//
+// # What the stores do not promise
+//
+// A claim is a lease: a handler that outlives it can be run again by
+// another claimant, so handlers must be safe to run twice. The relay
+// publishes at least once. Together, the outbox and the idempotency store
+// give effectively-once processing, not exactly-once execution.
+package stores
