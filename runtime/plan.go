@@ -62,6 +62,7 @@ type Queue struct {
 	At        spec.Pos       `json:"-"`
 	Apply     string         `json:"-"` // the topology.apply of the file that declares it
 	Missing   string         `json:"-"` // the topology.missing_queue of that file
+	what      string         // how errors name it
 }
 
 // Binding binds a queue to an exchange.
@@ -296,6 +297,9 @@ func (c *compiler) queue(q Queue) {
 }
 
 func describeQueue(q Queue) string {
+	if q.what != "" {
+		return q.what
+	}
 	switch q.Purpose {
 	case "declared":
 		return "a queue declaration"
@@ -435,12 +439,14 @@ func (c *compiler) pipeline(f *spec.Flow, p *spec.Pipeline) {
 	})
 	for i, s := range p.Steps {
 		id := StepConsumerID(p.Name, s.Name)
-		if !c.id(id, s.Pos) {
+		q := StepQueue(p.Name, s.Name)
+		n := len(c.diags)
+		c.queue(Queue{Name: q, Type: s.QueueType, Mode: Declare, Purpose: "step", Owner: id,
+			what:      fmt.Sprintf("step %q of pipeline %q", s.Name, p.Name),
+			Arguments: queueArguments(q, s.QueueType, true, nil), At: s.Pos, Apply: f.Topology.Apply, Missing: f.Topology.MissingQueue})
+		if len(c.diags) > n || !c.id(id, s.Pos) {
 			continue
 		}
-		q := StepQueue(p.Name, s.Name)
-		c.queue(Queue{Name: q, Type: s.QueueType, Mode: Declare, Purpose: "step", Owner: id,
-			Arguments: queueArguments(q, s.QueueType, true, nil), At: s.Pos, Apply: f.Topology.Apply, Missing: f.Topology.MissingQueue})
 		c.bindings = append(c.bindings, Binding{Exchange: PipelineExchange(p.Name), Queue: q, RoutingKey: s.Name, Owner: id, At: s.Pos})
 		rp := c.ladder(id, q, s.QueueType, s.Retry, s.Idempotent, s.Pos)
 		c.plan.Consumers = append(c.plan.Consumers, Consumer{

@@ -1,6 +1,7 @@
 package spec
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"reflect"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/robfig/cron/v3"
+	"github.com/santhosh-tekuri/jsonschema/v5"
 )
 
 var (
@@ -139,8 +141,26 @@ func (c *fileChecker) compileTypes(tc *typeCompiler) {
 			c.d.errorf(t.Pos, "invalid-type", typeHint(err), "type %q is not a valid JSON Schema: %s", t.Name, schemaCompileMessage(err))
 			continue
 		}
+		if refLoops(s) {
+			c.d.errorf(t.Pos, "invalid-type", "break the $ref cycle", "type %q is a loop of $refs that never reaches a schema", t.Name)
+			continue
+		}
 		t.schema = s
 	}
+}
+
+// refLoops reports whether a schema is only a chain of $refs that comes
+// back to itself: validating against it would never end.
+func refLoops(s validator) bool {
+	seen := map[validator]bool{}
+	for s != nil && s.Ref != nil {
+		if seen[s] {
+			return true
+		}
+		seen[s] = true
+		s = s.Ref
+	}
+	return false
 }
 
 func typeHint(err error) string {
@@ -155,6 +175,19 @@ func typeHint(err error) string {
 }
 
 func schemaCompileMessage(err error) string {
+	var se *jsonschema.SchemaError
+	if errors.As(err, &se) {
+		var ve *jsonschema.ValidationError
+		if errors.As(se.Err, &ve) {
+			leaf := deepestCause(ve)
+			loc := leaf.InstanceLocation
+			if loc == "" {
+				loc = "/"
+			}
+			return fmt.Sprintf("at %s: %s", loc, leaf.Message)
+		}
+		err = se.Err
+	}
 	msg := err.Error()
 	msg = strings.ReplaceAll(msg, "\n", " ")
 	msg = strings.ReplaceAll(msg, fileScheme, "")
@@ -272,11 +305,19 @@ func (c *fileChecker) condition(cond *Condition, input string) {
 				}
 			}
 		}
-		c.d.errorf(pos, "invalid-when", hint, "when %q does not compile: %s", cond.Source, firstLine(msg))
+		c.d.errorf(pos, "invalid-when", hint, "when %q does not compile: %s", shorten(cond.Source), firstLine(msg))
 		return
 	}
 	compiled.Pos = cond.Pos
 	*cond = compiled
+}
+
+// shorten keeps messages readable when they quote a long expression.
+func shorten(s string) string {
+	if len(s) <= 120 {
+		return s
+	}
+	return s[:100] + "…"
 }
 
 func fieldList(t *Type) string {

@@ -15,7 +15,7 @@ import (
 // may allocate. expr has no wall-clock limit; these two bound it.
 const (
 	maxExprNodes  = 2000
-	maxExprLength = 4096
+	maxExprLength = 16384
 	exprMemory    = 100_000
 )
 

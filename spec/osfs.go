@@ -4,36 +4,73 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 var errEOF = io.EOF
 
 // LoadPaths loads flow files named by OS paths (relative or absolute), as
-// the command line gives them. Diagnostics name the files as given.
+// the command line gives them. The file system is rooted at the deepest
+// folder holding every path, so `../flows` works, and diagnostics name the
+// files the way they were given (relative to the current directory when the
+// paths were relative).
 func LoadPaths(opts Options, paths ...string) (*Set, error) {
-	abs := false
-	for _, p := range paths {
-		if filepath.IsAbs(p) {
-			abs = true
-		}
+	cwd, err := os.Getwd()
+	if err != nil {
+		return nil, err
 	}
-	if !abs {
-		if opts.Root == "" {
-			opts.Root = "."
-		}
-		return LoadWith(os.DirFS(opts.Root), opts, paths...)
-	}
-	// Absolute paths: the file system is rooted at "/", and relative ones
-	// are made absolute so that all resolve against the same root.
-	cwd, _ := os.Getwd()
-	rel := make([]string, len(paths))
+	abs := make([]string, len(paths))
+	anyAbs := false
 	for i, p := range paths {
-		if !filepath.IsAbs(p) {
-			p = filepath.Join(cwd, p)
+		if filepath.IsAbs(p) {
+			anyAbs = true
+			abs[i] = filepath.Clean(p)
+		} else {
+			abs[i] = filepath.Join(cwd, p)
 		}
-		rel[i] = filepath.ToSlash(p)[1:]
 	}
-	opts.Root = "/"
-	opts.Display = func(p string) string { return "/" + p }
-	return LoadWith(os.DirFS("/"), opts, rel...)
+	root := commonDir(abs)
+	rel := make([]string, len(abs))
+	for i, a := range abs {
+		r, err := filepath.Rel(root, a)
+		if err != nil {
+			return nil, err
+		}
+		rel[i] = filepath.ToSlash(r)
+	}
+	if opts.Root == "" {
+		opts.Root = root
+	}
+	if opts.Display == nil {
+		opts.Display = func(p string) string {
+			full := filepath.Join(root, filepath.FromSlash(p))
+			if anyAbs {
+				return full
+			}
+			if r, err := filepath.Rel(cwd, full); err == nil {
+				return filepath.ToSlash(r)
+			}
+			return full
+		}
+	}
+	return LoadWith(os.DirFS(root), opts, rel...)
+}
+
+// commonDir is the deepest folder that holds every path. A path that is a
+// folder counts as holding itself; a file, its folder.
+func commonDir(paths []string) string {
+	dirOf := func(p string) string {
+		if st, err := os.Stat(p); err == nil && st.IsDir() {
+			return p
+		}
+		return filepath.Dir(p)
+	}
+	common := dirOf(paths[0])
+	for _, p := range paths[1:] {
+		d := dirOf(p)
+		for common != d && !strings.HasPrefix(d, common+string(filepath.Separator)) && common != string(filepath.Separator) {
+			common = filepath.Dir(common)
+		}
+	}
+	return common
 }

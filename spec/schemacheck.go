@@ -172,14 +172,18 @@ func schemaDiagnostic(root *node, ve *jsonschema.ValidationError) Diagnostic {
 		diag.Msg = fmt.Sprintf("%s is %s, which is not allowed: %s", where, scalarText(n), ve.Message)
 	case "pattern":
 		diag.Code = "invalid-value"
-		diag.Msg = fmt.Sprintf("%s is %s, which %s", where, scalarText(n), ve.Message)
-		diag.Hint = patternHint(ve.KeywordLocation)
+		diag.Hint = patternHint(ve.AbsoluteKeywordLocation + " " + ve.KeywordLocation)
+		if diag.Hint != "" {
+			diag.Msg = fmt.Sprintf("%s is %s, which is not valid here", where, scalarText(n))
+		} else {
+			diag.Msg = fmt.Sprintf("%s is %s, which %s", where, scalarText(n), ve.Message)
+		}
 	case "format":
 		diag.Code = "invalid-value"
 		diag.Msg = fmt.Sprintf("%s is %s, which %s", where, scalarText(n), ve.Message)
 	default:
 		diag.Msg = fmt.Sprintf("%s: %s", where, ve.Message)
-		if h := patternHint(ve.KeywordLocation); h != "" {
+		if h := patternHint(ve.AbsoluteKeywordLocation + " " + ve.KeywordLocation); h != "" {
 			diag.Hint = h
 		}
 	}
@@ -205,6 +209,12 @@ func expectedOf(msg string) string {
 			return "a mapping"
 		case "array":
 			return "a list"
+		case "integer":
+			return "a whole number"
+		case "string":
+			return "text"
+		case "boolean":
+			return "true or false"
 		}
 		return "a " + e
 	}
@@ -233,6 +243,10 @@ func patternHint(kwLoc string) string {
 		return `write it as <plugin>.<handler>, e.g. "orders.validate"`
 	case strings.Contains(kwLoc, "/$defs/name"), strings.Contains(kwLoc, "/$defs/wireName"):
 		return "a name that reaches the wire starts with a letter or digit and uses letters, digits, dashes and dots only"
+	case strings.Contains(kwLoc, "/$defs/exchangeName"):
+		return "an exchange name uses letters, digits, dashes, underscores, dots and colons"
+	case strings.Contains(kwLoc, "/$defs/typeRef"), strings.Contains(kwLoc, "/$defs/outputRef"):
+		return "name a type declared under types"
 	case strings.Contains(kwLoc, "/properties/version"):
 		return "write version: " + Version
 	}
@@ -290,6 +304,9 @@ func acceptedKeys(kwLoc string) []string {
 	segs := pointer(strings.TrimSuffix(kwLoc, "/additionalProperties"))
 	cur := doc
 	for _, s := range segs {
+		if s == "$ref" {
+			continue // resolved below, before the next key is looked up
+		}
 		cur = resolveRef(doc, cur)
 		switch c := cur.(type) {
 		case map[string]any:
