@@ -36,7 +36,10 @@ func (p *Plan) WriteText(w io.Writer) error {
 	fmt.Fprintf(tw, "queues (%d)\n", len(p.Queues))
 	for _, q := range p.Queues {
 		owner := q.Purpose
-		if q.Owner != "" {
+		switch {
+		case q.Owner != "" && (q.Purpose == "declared" || q.Purpose == "consumer"):
+			owner += ", consumed by " + q.Owner
+		case q.Owner != "":
 			owner += " of " + q.Owner
 		}
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", q.Name, q.Type, q.Mode, owner, ArgumentsText(q.Arguments))
