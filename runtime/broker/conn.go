@@ -31,6 +31,7 @@ const (
 	StateClosed
 )
 
+// String returns the state as a word: connecting, connected, reconnecting, closed.
 func (s State) String() string {
 	switch s {
 	case StateConnecting:

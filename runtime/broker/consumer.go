@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -240,23 +239,7 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 
 	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer hcancel()
-	work := make(chan *Delivery)
-	var workers sync.WaitGroup
-	for range c.opts.Concurrency {
-		workers.Add(1)
-		go func() {
-			defer workers.Done()
-			for d := range work {
-				if isClosed(d.g.stop) {
-					// Draining or the channel is gone: a delivery that waited
-					// for a free handler is not started any more.
-					c.handBack(d)
-					continue
-				}
-				h(hctx, d)
-			}
-		}()
-	}
+	r := &run{h: h, ctx: hctx, slots: make(chan struct{}, c.opts.Concurrency)}
 
 	var (
 		result   error
@@ -266,7 +249,7 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 	)
 	for {
 		var started bool
-		drained, left, started, result = c.session(ctx, work)
+		drained, left, started, result = c.session(ctx, r)
 		if drained || ctx.Err() != nil || errors.Is(result, ErrClosed) {
 			break
 		}
@@ -280,7 +263,6 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 			break
 		}
 	}
-	close(work)
 	if !drained {
 		// ctx ended between channels: nothing is on a live channel, but
 		// handlers may still be running.
@@ -299,9 +281,16 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 	return nil
 }
 
+// run is what the handler goroutines of one Run share across channels.
+type run struct {
+	h     Handler
+	ctx   context.Context
+	slots chan struct{} // bounds handlers across channels to Concurrency
+}
+
 // session consumes on one channel until it closes or ctx ends; when ctx
 // ends it drains and reports drained=true.
-func (c *Consumer) session(ctx context.Context, work chan<- *Delivery) (drained bool, left int64, started bool, err error) {
+func (c *Consumer) session(ctx context.Context, r *run) (drained bool, left int64, started bool, err error) {
 	ch, err := c.conn.Channel(ctx)
 	if err != nil {
 		return false, 0, false, err
@@ -310,13 +299,11 @@ func (c *Consumer) session(ctx context.Context, work chan<- *Delivery) (drained 
 	g := &consGen{ch: ch, stop: stop}
 	closes := ch.NotifyClose(make(chan *amqp.Error, 1))
 	cancels := ch.NotifyCancel(make(chan string, 4))
-	var fwd sync.WaitGroup
 
 	end := func(cause error) (bool, int64, bool, error) {
 		g.dead.Store(true)
 		close(stop)
 		_ = c.conn.call(context.WithoutCancel(ctx), "close consumer channel", ch.Close)
-		fwd.Wait()
 		return false, 0, started, cause
 	}
 
@@ -335,11 +322,13 @@ func (c *Consumer) session(ctx context.Context, work chan<- *Delivery) (drained 
 		if err != nil {
 			return "", err
 		}
-		fwd.Add(1)
-		go func() {
-			defer fwd.Done()
-			c.forward(dels, g, work, stop)
-		}()
+		// The handler goroutines read the library's delivery channel
+		// directly: no extra hand-off per message. They do not hold up the
+		// next channel when this one dies; the shared slots keep the
+		// handlers running at once to Concurrency.
+		for range c.opts.Concurrency {
+			go c.handle(dels, g, r)
+		}
 		return tag, nil
 	}
 	tag, err := consume()
@@ -353,7 +342,7 @@ func (c *Consumer) session(ctx context.Context, work chan<- *Delivery) (drained 
 	for {
 		select {
 		case <-ctx.Done():
-			return c.drain(ch, g, tag, stop, &fwd, closes)
+			return c.drain(ch, g, tag, closes)
 		case e, ok := <-closes:
 			var cause error = errors.New("channel closed")
 			if ok && e != nil {
@@ -361,7 +350,6 @@ func (c *Consumer) session(ctx context.Context, work chan<- *Delivery) (drained 
 			}
 			g.dead.Store(true)
 			close(stop)
-			fwd.Wait()
 			return false, 0, true, cause
 		case t, ok := <-cancels:
 			if !ok {
@@ -393,39 +381,46 @@ func (c *Consumer) session(ctx context.Context, work chan<- *Delivery) (drained 
 	}
 }
 
-func (c *Consumer) drain(ch *amqp.Channel, g *consGen, tag string, stop chan struct{}, fwd *sync.WaitGroup, closes <-chan *amqp.Error) (bool, int64, bool, error) {
+func (c *Consumer) drain(ch *amqp.Channel, g *consGen, tag string, closes <-chan *amqp.Error) (bool, int64, bool, error) {
 	deadline := time.Now().Add(c.opts.DrainTimeout)
 	// Hand out nothing more, stop the broker sending, and hand back what was
 	// prefetched but not handled.
-	close(stop)
+	close(g.stop)
 	bg := context.Background()
 	_ = c.conn.call(bg, "basic.cancel", func() error { return ch.Cancel(tag, false) })
 	c.log.Info("consumer draining", "consumer", tag, "left", c.inflight.Load())
 	left := c.waitDrained(deadline, closes)
 	g.dead.Store(true)
 	_ = c.conn.call(bg, "close consumer channel", ch.Close)
-	fwd.Wait()
 	return true, left, true, nil
 }
 
-// forward hands deliveries to the handlers; once stop is closed it hands
-// them back to the broker instead.
-func (c *Consumer) forward(dels <-chan amqp.Delivery, g *consGen, work chan<- *Delivery, stop <-chan struct{}) {
+// handle calls the handler for each delivery of one subscription; once the
+// consumer stops handing out this channel's deliveries (draining, or the
+// channel is gone) it hands them back to the broker instead. It returns
+// when the library closes the delivery channel.
+func (c *Consumer) handle(dels <-chan amqp.Delivery, g *consGen, r *run) {
 	for ad := range dels {
 		c.delivered.Add(1)
 		c.inflight.Add(1)
 		d := &Delivery{Delivery: ad, c: c, g: g}
-		select {
-		case <-stop:
+		if isClosed(g.stop) {
 			c.handBack(d)
 			continue
-		default:
 		}
 		select {
-		case work <- d:
-		case <-stop:
+		case r.slots <- struct{}{}:
+		case <-g.stop:
 			c.handBack(d)
+			continue
 		}
+		if isClosed(g.stop) {
+			<-r.slots
+			c.handBack(d)
+			continue
+		}
+		r.h(r.ctx, d)
+		<-r.slots
 	}
 }
 

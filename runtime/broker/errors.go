@@ -65,6 +65,7 @@ type UnroutableError struct {
 	Reason     string // the broker's reply text
 }
 
+// Error describes the failure; see the type's comment.
 func (e *UnroutableError) Error() string {
 	return fmt.Sprintf("message %q to %s with routing key %q reached no queue (%d %s); bind a queue for that routing key",
 		e.MessageID, exchangeName(e.Exchange), e.RoutingKey, e.Code, e.Reason)
@@ -82,6 +83,7 @@ type NackError struct {
 	MessageID  string
 }
 
+// Error describes the failure; see the type's comment.
 func (e *NackError) Error() string {
 	return fmt.Sprintf("message %q to %s with routing key %q was nacked by the broker",
 		e.MessageID, exchangeName(e.Exchange), e.RoutingKey)
@@ -103,6 +105,7 @@ type IndeterminateError struct {
 	Err        error
 }
 
+// Error describes the failure; see the type's comment.
 func (e *IndeterminateError) Error() string {
 	return fmt.Sprintf("message %q to %s with routing key %q: outcome unknown, publish it again: %v",
 		e.MessageID, exchangeName(e.Exchange), e.RoutingKey, e.Err)
@@ -120,6 +123,7 @@ type MissingQueuesError struct {
 	Queues []string
 }
 
+// Error describes the failure; see the type's comment.
 func (e *MissingQueuesError) Error() string {
 	q := make([]string, len(e.Queues))
 	for i, n := range e.Queues {
@@ -197,6 +201,7 @@ type DrainError struct {
 	After time.Duration
 }
 
+// Error describes the failure; see the type's comment.
 func (e *DrainError) Error() string {
 	return fmt.Sprintf("queue %q: %d message(s) still in flight after %s; they will be redelivered", e.Queue, e.Left, e.After)
 }
