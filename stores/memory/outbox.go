@@ -1,6 +1,7 @@
 package memory
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -115,7 +116,7 @@ func (s *Store) sorted(keep func(*core.OutboxRecord) bool) []*core.OutboxRecord 
 			rs = append(rs, r)
 		}
 	}
-	slices.SortFunc(rs, func(a, b *core.OutboxRecord) int { return int(a.ID - b.ID) })
+	slices.SortFunc(rs, func(a, b *core.OutboxRecord) int { return cmp.Compare(a.ID, b.ID) })
 	return rs
 }
 

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -94,15 +95,7 @@ func collect(rows pgx.Rows, err error) ([]core.OutboxRecord, error) {
 	if err != nil {
 		return nil, err
 	}
-	slices.SortFunc(out, func(a, b core.OutboxRecord) int {
-		switch {
-		case a.ID < b.ID:
-			return -1
-		case a.ID > b.ID:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, b core.OutboxRecord) int { return cmp.Compare(a.ID, b.ID) })
 	return out, nil
 }
 

@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -99,18 +100,8 @@ func collect(rows *sql.Rows, err error) ([]core.OutboxRecord, error) {
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	slices.SortFunc(out, func(a, b core.OutboxRecord) int { return cmpID(a.ID, b.ID) })
+	slices.SortFunc(out, func(a, b core.OutboxRecord) int { return cmp.Compare(a.ID, b.ID) })
 	return out, nil
-}
-
-func cmpID(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // ClaimBatch implements stores.OutboxRelay. SQLite has one writer at a time,
