@@ -87,9 +87,11 @@ func (d *Delivery) settle(send func() error, kind int) error {
 	return nil
 }
 
-// Handler handles one delivery. It is called from Concurrency goroutines.
-// ctx is not cancelled when the consumer starts draining, only when the
-// drain timeout passes.
+// Handler handles one delivery. At most Concurrency calls run at once
+// (more goroutines may exist around a reconnect, but they wait their turn).
+// The handler must settle the Delivery, then or later; returning does not
+// settle it. ctx is not cancelled when the consumer starts draining, only
+// when the drain timeout passes.
 type Handler func(ctx context.Context, d *Delivery)
 
 // ConsumerOptions configures a Consumer.

@@ -150,7 +150,8 @@ func (pd *Pending) Wait(ctx context.Context) error {
 // PublishAsync writes msg to the broker and returns without waiting for the
 // confirm, so a caller keeps many publishes in flight. It waits only for a
 // free slot in the window and for an open channel. An error means nothing was
-// published (ctx ended, or the Publisher is closed).
+// published: ctx ended, the Publisher is closed, or the message cannot be
+// encoded (a header value of a type AMQP cannot carry).
 func (p *Publisher) PublishAsync(ctx context.Context, msg Message) (*Pending, error) {
 	pd := &Pending{done: make(chan struct{}), exchange: msg.Exchange, routingKey: msg.RoutingKey, msgID: msg.MessageId}
 	if err := p.publish(ctx, &msg, pd, nil); err != nil {
@@ -161,8 +162,9 @@ func (p *Publisher) PublishAsync(ctx context.Context, msg Message) (*Pending, er
 
 // PublishFunc is PublishAsync with a callback instead of a Pending: done is
 // called exactly once with the outcome (see Publisher.Publish), from the
-// Publisher's confirm goroutine, so it must not block; acknowledging a
-// Delivery there is the intended use. When PublishFunc returns an error,
+// Publisher's confirm goroutine, so it must not block and must not publish
+// on the same Publisher (that could wait for a slot only this goroutine
+// frees); acknowledging a Delivery there is the intended use. When PublishFunc returns an error,
 // nothing was published and done is never called.
 func (p *Publisher) PublishFunc(ctx context.Context, msg Message, done func(error)) error {
 	return p.publish(ctx, &msg, nil, done)
@@ -218,6 +220,13 @@ func (p *Publisher) publish(ctx context.Context, msg *Message, pd *Pending, fn f
 		// The ring append happens under the same lock as the write, so the
 		// confirm loop never sees a confirm before its entry.
 		dc, err := g.ch.PublishWithDeferredConfirm(msg.Exchange, msg.RoutingKey, true, false, msg.Publishing)
+		if err != nil && !g.ch.IsClosed() {
+			// Refused before anything was written (a header of a type AMQP
+			// cannot carry): the message itself is wrong.
+			p.mu.Unlock()
+			<-p.slots
+			return fmt.Errorf("publish message %q to %s: %w", msg.MessageId, exchangeName(msg.Exchange), err)
+		}
 		if err != nil || dc == nil {
 			p.mu.Unlock()
 			// Nothing reached the broker (the channel was already closed):

@@ -136,3 +136,38 @@ func TestPublishFuncCallsBackOnce(t *testing.T) {
 		t.Errorf("Publish after Close = %v, want ErrClosed", err)
 	}
 }
+
+func TestPublishOfAnUnencodableHeaderFailsAtOnce(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("in", "classic")
+	p := e.publisher(e.conn("pub"), 8)
+	m := msg(q, "bad", nil)
+	m.Headers = amqp.Table{"x-bad": struct{}{}}
+	if err := p.Publish(t.Context(), m); err == nil || errors.Is(err, ErrIndeterminate) {
+		t.Fatalf("Publish(bad header) = %v, want an immediate error", err)
+	}
+	if err := p.Publish(t.Context(), msg(q, "good", nil)); err != nil {
+		t.Fatalf("Publish after a refused message = %v", err)
+	}
+	if s := p.Stats(); s.Channels != 1 || s.InFlight != 0 {
+		t.Errorf("Stats() = %+v, want the first channel still in use and nothing in flight", s)
+	}
+}
+
+func TestPendingWaitGivesUpWithAnIndeterminateError(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("in", "quorum")
+	p := e.publisher(e.conn("pub"), 8)
+	pd, err := p.PublishAsync(t.Context(), msg(q, "m-1", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := pd.Wait(ctx); !errors.Is(err, ErrIndeterminate) || !errors.Is(err, context.Canceled) {
+		t.Errorf("Wait(cancelled ctx) = %v, want indeterminate wrapping context.Canceled", err)
+	}
+	if err := pd.Err(); err != nil {
+		t.Errorf("Err() = %v, want the publish confirmed all the same", err)
+	}
+}
