@@ -1,0 +1,351 @@
+package runtime
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"strconv"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/acemq/acemq-flow/runtime/broker"
+	"github.com/acemq/acemq-flow/spec"
+)
+
+// What happens to one delivery is decided here, by pure functions of the
+// plan entry, the delivery and the handler's outcome (DESIGN.md, one-way data
+// flow). The consumer carries the decision out: it publishes Decision.Publish
+// with confirms, then acknowledges.
+
+// Outcome names, as counted and as metric labels (FLOW-FORMAT §2).
+const (
+	OutcomeAcknowledged = "acknowledged"
+	OutcomeStopped      = "stopped"
+	OutcomeRetried      = "retried"
+	OutcomeDeadLettered = "dead_lettered"
+	OutcomeDuplicate    = "duplicate"
+	OutcomeInProgress   = "in_progress"
+)
+
+// Error kinds of dead-lettered messages.
+const (
+	KindFatal     = "fatal"
+	KindExhausted = "exhausted"
+)
+
+// Result is what a handler returned: a payload, or nothing (Stop: the step
+// stops the run — a decision, not a failure).
+type Result struct {
+	Stop    bool
+	Payload []byte
+}
+
+// ErrFatal marks a failure that no retry can fix: the message goes straight
+// to .dlq. Handlers wrap it (or a plugin reports a fatal failure).
+var ErrFatal = errors.New("fatal")
+
+// Inbound is one delivery as the decisions see it.
+type Inbound struct {
+	Env   Envelope
+	Body  []byte
+	Props amqp.Publishing // the delivery's properties, to republish unchanged
+}
+
+// InboundFrom builds an Inbound from a delivery.
+func InboundFrom(d amqp.Delivery) Inbound {
+	return Inbound{
+		Env:  ReadEnvelope(d),
+		Body: d.Body,
+		Props: amqp.Publishing{
+			Headers: d.Headers, ContentType: d.ContentType, ContentEncoding: d.ContentEncoding,
+			DeliveryMode: d.DeliveryMode, Priority: d.Priority, CorrelationId: d.CorrelationId,
+			ReplyTo: d.ReplyTo, MessageId: d.MessageId, Timestamp: d.Timestamp, Type: d.Type,
+			UserId: d.UserId, AppId: d.AppId, Body: d.Body,
+		},
+	}
+}
+
+// Publish is one message a decision sends. A BestEffort publish (a reply
+// whose requester may be gone) does not hold back the acknowledgement when
+// it is unroutable; every other publish must be confirmed and routed first.
+type Publish struct {
+	broker.Message
+	BestEffort bool
+}
+
+// Decision is what to do with one delivery: publish these, then
+// acknowledge. Outcome is counted; Reason is logged.
+type Decision struct {
+	Outcome string
+	Publish []Publish
+	Reason  string
+	Rung    string // the retry queue, when retried
+}
+
+// Precheck decides, before the handler runs, whether a delivery can be
+// handled at all: a slip that cannot be parsed or a payload that does not
+// match the input type is fatal (dead-lettered at once, never retried). It
+// returns nil when the handler should run, and the decoded payload.
+func Precheck(c *Consumer, in Inbound, now time.Time) (*Decision, any) {
+	if in.Env.SlipErr != nil {
+		d := deadLetter(c, in, KindFatal, in.Env.SlipErr.Error(), now)
+		return &d, nil
+	}
+	typ := c.inputType()
+	if typ == nil {
+		return nil, nil
+	}
+	payload, err := spec.DecodeJSON(in.Body)
+	if err != nil {
+		d := deadLetter(c, in, KindFatal, fmt.Sprintf("payload is not JSON: %v", err), now)
+		return &d, nil
+	}
+	if err := typ.Validate(payload); err != nil {
+		d := deadLetter(c, in, KindFatal, err.Error(), now)
+		return &d, nil
+	}
+	return nil, payload
+}
+
+func (c *Consumer) inputType() *spec.Type {
+	if c.File == nil || c.Input == "" {
+		return nil
+	}
+	return c.File.Type(c.Input)
+}
+
+func (c *Consumer) outputType() *spec.Type {
+	if c.File == nil || c.Output == "" || c.Output == spec.OutputNone {
+		return nil
+	}
+	return c.File.Type(c.Output)
+}
+
+// Decide works out what happens after the handler ran: where the result
+// goes (the carried slip first, then the declared route, then reply_to),
+// or, for a failure, the retry rung or .dlq. route is the declared route of
+// the consumer's pipeline (nil for a plain consumer); jitter is a number in
+// [0,1) drawn by the caller.
+func Decide(c *Consumer, route []string, in Inbound, res Result, callErr error, now time.Time, jitter float64) Decision {
+	if callErr != nil {
+		if errors.Is(callErr, ErrFatal) {
+			return deadLetter(c, in, KindFatal, callErr.Error(), now)
+		}
+		return retry(c, in, callErr, now, jitter)
+	}
+	if !res.Stop {
+		if typ := c.outputType(); typ != nil {
+			if err := typ.ValidateJSON(res.Payload); err != nil {
+				return deadLetter(c, in, KindFatal, "output: "+err.Error(), now)
+			}
+		}
+	}
+	env := in.Env
+
+	// A carried itinerary wins over a declared route.
+	if env.Slip != nil {
+		slip := env.Slip.Advance(now)
+		here := c.stepName(env)
+		next, more := slip.Current()
+		if res.Stop && more {
+			return stopped(c, in, here, slip, now)
+		}
+		if !more {
+			return completed(c, in, res, slip, now)
+		}
+		msg := c.output(in, res.Payload, now)
+		raw, _ := slip.MarshalJSON()
+		msg.Headers[HeaderSlip] = string(raw)
+		msg.Exchange, msg.RoutingKey = next.Exchange, next.RoutingKey
+		return Decision{Outcome: OutcomeAcknowledged, Publish: []Publish{{Message: msg}}}
+	}
+
+	// The declared route: the headers, or for a message from a client that
+	// is not ours, the pipeline from this step on.
+	if c.Kind == KindStep {
+		r, pos := env.Route, env.RoutePosition
+		if len(r) == 0 || pos < 0 || pos >= len(r) || r[pos] != c.Step {
+			r, pos = route, c.Position
+		}
+		if pos+1 < len(r) {
+			if res.Stop {
+				return stopped(c, in, c.Step, Itinerary{}, now)
+			}
+			msg := c.output(in, res.Payload, now)
+			msg.Headers[HeaderRoute] = RouteHeader(r)
+			msg.Headers[HeaderRoutePosition] = int64(pos + 1)
+			msg.Exchange, msg.RoutingKey = PipelineExchange(c.Pipeline), r[pos+1]
+			return Decision{Outcome: OutcomeAcknowledged, Publish: []Publish{{Message: msg}}}
+		}
+	}
+	return completed(c, in, res, Itinerary{}, now)
+}
+
+// stepName is the name this consumer goes by in the run: the slip's
+// current stop, or the pipeline step, or the consumer id.
+func (c *Consumer) stepName(env Envelope) string {
+	if env.Slip != nil {
+		if cur, ok := env.Slip.Current(); ok && cur.Name != "" {
+			return cur.Name
+		}
+	}
+	if c.Step != "" {
+		return c.Step
+	}
+	return c.ID
+}
+
+// output builds the message a step's result becomes: a new message id, the
+// run's correlation id, the consumed message as its cause, first-seen,
+// origin and reply_to carried over (FLOW-FORMAT §2).
+func (c *Consumer) output(in Inbound, payload []byte, now time.Time) broker.Message {
+	env := in.Env
+	firstSeen := env.FirstSeen
+	if firstSeen.IsZero() {
+		firstSeen = env.Timestamp
+	}
+	if firstSeen.IsZero() {
+		firstSeen = now
+	}
+	origin := env.Origin
+	if origin == "" {
+		origin = c.Flow
+	}
+	typ := c.Output
+	if typ == spec.OutputNone {
+		typ = ""
+	}
+	return broker.Message{Publishing: amqp.Publishing{
+		MessageId:     NewMessageID(),
+		CorrelationId: runID(env),
+		ReplyTo:       env.ReplyTo,
+		Type:          typ,
+		ContentType:   "application/json",
+		DeliveryMode:  amqp.Persistent,
+		Timestamp:     now.UTC().Truncate(time.Second),
+		Body:          payload,
+		Headers: amqp.Table{
+			HeaderAttempt:     int64(1),
+			HeaderCausationID: env.MessageID,
+			HeaderFirstSeen:   FormatTime(firstSeen),
+			HeaderOrigin:      origin,
+		},
+	}}
+}
+
+// runID is the run's correlation id: the first message's id when the
+// client set none.
+func runID(env Envelope) string {
+	if env.CorrelationID != "" {
+		return env.CorrelationID
+	}
+	return env.MessageID
+}
+
+func completed(c *Consumer, in Inbound, res Result, slip Itinerary, now time.Time) Decision {
+	d := Decision{Outcome: OutcomeAcknowledged}
+	if in.Env.ReplyTo != "" {
+		body := res.Payload
+		if res.Stop {
+			body = nil
+		}
+		d.Publish = append(d.Publish, reply(c, in, "completed", body, nil, slip, now))
+	}
+	return d
+}
+
+func stopped(c *Consumer, in Inbound, at string, slip Itinerary, now time.Time) Decision {
+	d := Decision{Outcome: OutcomeStopped, Reason: "the handler returned nothing at " + at}
+	if in.Env.ReplyTo != "" {
+		d.Publish = append(d.Publish, reply(c, in, "stopped", nil, amqp.Table{HeaderStoppedAt: at}, slip, now))
+	}
+	return d
+}
+
+// reply builds the message a run's end sends to reply_to, with the run's
+// correlation id and x-acemq-outcome.
+func reply(c *Consumer, in Inbound, outcome string, body []byte, extra amqp.Table, slip Itinerary, now time.Time) Publish {
+	h := amqp.Table{HeaderOutcome: outcome, HeaderCausationID: in.Env.MessageID}
+	maps.Copy(h, extra)
+	if len(slip.done) > 0 || len(slip.steps) > 0 {
+		raw, _ := slip.MarshalJSON()
+		h[HeaderSlip] = string(raw)
+	}
+	return Publish{BestEffort: true, Message: broker.Message{
+		Exchange:   "",
+		RoutingKey: in.Env.ReplyTo,
+		Publishing: amqp.Publishing{
+			MessageId:     NewMessageID(),
+			CorrelationId: runID(in.Env),
+			ContentType:   "application/json",
+			Timestamp:     now.UTC().Truncate(time.Second),
+			Body:          body,
+			Headers:       h,
+		},
+	}}
+}
+
+// retry republishes the message, envelope unchanged but for the attempt,
+// to the rung for the attempt that failed; past the last rung, .dlq.
+func retry(c *Consumer, in Inbound, err error, now time.Time, jitter float64) Decision {
+	rung, ok := c.Retry.RungFor(in.Env.Attempt)
+	if !ok {
+		return deadLetter(c, in, KindExhausted, fmt.Sprintf("attempt %d of %d failed: %v", in.Env.Attempt, c.Retry.MaxAttempts, err), now)
+	}
+	p := in.Props
+	p.Headers = copyTable(p.Headers)
+	p.Headers[HeaderAttempt] = int64(in.Env.Attempt + 1)
+	if c.Retry.Jitter > 0 {
+		// Jitter shortens the wait, as the message's own expiration; the
+		// rung's queue TTL stays the upper bound.
+		d := time.Duration(float64(rung.Delay) * (1 - c.Retry.Jitter*jitter))
+		p.Expiration = strconv.FormatInt(max(d.Milliseconds(), 1), 10)
+	} else {
+		p.Expiration = ""
+	}
+	return Decision{
+		Outcome: OutcomeRetried,
+		Rung:    rung.Queue,
+		Reason:  err.Error(),
+		Publish: []Publish{{Message: broker.Message{Exchange: "", RoutingKey: rung.Queue, Publishing: p}}},
+	}
+}
+
+// InProgress republishes an idempotent delivery whose claim is held
+// elsewhere through the 1s rung, envelope unchanged: no attempt spent,
+// never dead-lettered (patterns.txt, "A claim in progress is not a
+// duplicate").
+func InProgress(c *Consumer, in Inbound) Decision {
+	p := in.Props
+	p.Headers = copyTable(p.Headers)
+	p.Expiration = ""
+	q := RetryQueue(c.Queue, InProgressDelay)
+	return Decision{Outcome: OutcomeInProgress, Rung: q,
+		Publish: []Publish{{Message: broker.Message{Exchange: "", RoutingKey: q, Publishing: p}}}}
+}
+
+// deadLetter sends the message, unchanged but for the error headers, to
+// <queue>.dlq, and tells the requester when there is one.
+func deadLetter(c *Consumer, in Inbound, kind, reason string, now time.Time) Decision {
+	p := in.Props
+	p.Headers = copyTable(p.Headers)
+	p.Headers[HeaderError] = reason
+	p.Headers[HeaderErrorKind] = kind
+	p.Headers[HeaderFailedQueue] = c.Queue
+	p.Headers[HeaderFailedAt] = FormatTime(now)
+	p.Expiration = ""
+	d := Decision{Outcome: OutcomeDeadLettered, Reason: reason,
+		Publish: []Publish{{Message: broker.Message{Exchange: "", RoutingKey: DeadLetterQueue(c.Queue), Publishing: p}}}}
+	if in.Env.ReplyTo != "" {
+		d.Publish = append(d.Publish, reply(c, in, "dead-lettered", in.Body,
+			amqp.Table{HeaderError: reason, HeaderErrorKind: kind, HeaderFailedQueue: c.Queue, HeaderFailedAt: FormatTime(now)}, Itinerary{}, now))
+	}
+	return d
+}
+
+func copyTable(t amqp.Table) amqp.Table {
+	out := make(amqp.Table, len(t)+4)
+	maps.Copy(out, t)
+	return out
+}

@@ -1,0 +1,244 @@
+package runtime
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/acemq/acemq-flow/spec"
+)
+
+var now = time.Date(2026, 9, 9, 14, 3, 11, 0, time.UTC)
+
+func stepConsumer(step string, pos int) *Consumer {
+	return &Consumer{
+		ID: StepConsumerID("fulfilment", step), Kind: KindStep, Flow: "shop", Queue: StepQueue("fulfilment", step),
+		Pipeline: "fulfilment", Step: step, Position: pos,
+		Retry: RetryPlan{MaxAttempts: 3, Jitter: 0.5, Rungs: []Rung{
+			{Attempt: 2, Delay: Duration(2 * time.Second), Queue: RetryQueue(StepQueue("fulfilment", step), 2*time.Second)},
+			{Attempt: 3, Delay: Duration(4 * time.Second), Queue: RetryQueue(StepQueue("fulfilment", step), 4*time.Second)},
+		}},
+	}
+}
+
+var route = []string{"validate", "reserve", "dispatch"}
+
+func delivery(headers amqp.Table, replyTo string) Inbound {
+	return InboundFrom(amqp.Delivery{MessageId: "m-1", Headers: headers, ReplyTo: replyTo, Body: []byte(`{"id":"o-1"}`),
+		Timestamp: now.Add(-time.Minute)})
+}
+
+func TestDecideFollowsTheDeclaredRoute(t *testing.T) {
+	cases := []struct {
+		name     string
+		consumer *Consumer
+		headers  amqp.Table
+		res      Result
+		replyTo  string
+		outcome  string
+		to       string // exchange/key of the first publish, "" for none
+		position int64
+	}{
+		{"a step publishes its result to the next step", stepConsumer("validate", 0),
+			amqp.Table{HeaderRoute: "validate,reserve,dispatch", HeaderRoutePosition: int64(0)}, Result{Payload: []byte(`{}`)}, "", OutcomeAcknowledged, "fulfilment/reserve", 1},
+		{"a message without route headers follows the pipeline from this step on", stepConsumer("reserve", 1),
+			nil, Result{Payload: []byte(`{}`)}, "", OutcomeAcknowledged, "fulfilment/dispatch", 2},
+		{"route headers of any integer width are read", stepConsumer("validate", 0),
+			amqp.Table{HeaderRoute: "validate,reserve,dispatch", HeaderRoutePosition: int8(0)}, Result{Payload: []byte(`{}`)}, "", OutcomeAcknowledged, "fulfilment/reserve", 1},
+		{"a numeric string position is read", stepConsumer("validate", 0),
+			amqp.Table{HeaderRoute: "validate,reserve,dispatch", HeaderRoutePosition: "0"}, Result{Payload: []byte(`{}`)}, "", OutcomeAcknowledged, "fulfilment/reserve", 1},
+		{"returning nothing before the end stops the run", stepConsumer("validate", 0),
+			nil, Result{Stop: true}, "", OutcomeStopped, "", 0},
+		{"a stopped run with reply_to replies stopped", stepConsumer("validate", 0),
+			nil, Result{Stop: true}, "amq.rabbitmq.reply-to.x", OutcomeStopped, "/amq.rabbitmq.reply-to.x", 0},
+		{"the last step completes the run", stepConsumer("dispatch", 2),
+			nil, Result{Stop: true}, "", OutcomeAcknowledged, "", 0},
+		{"the last step replies completed to reply_to", stepConsumer("dispatch", 2),
+			nil, Result{Payload: []byte(`{"done":true}`)}, "client.q", OutcomeAcknowledged, "/client.q", 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			d := Decide(tc.consumer, route, delivery(tc.headers, tc.replyTo), tc.res, nil, now, 0)
+			if d.Outcome != tc.outcome {
+				t.Errorf("outcome %s, want %s (%s)", d.Outcome, tc.outcome, d.Reason)
+			}
+			if tc.to == "" {
+				if len(d.Publish) != 0 {
+					t.Errorf("published %d messages, want none", len(d.Publish))
+				}
+				return
+			}
+			if len(d.Publish) != 1 {
+				t.Fatalf("published %d messages, want 1", len(d.Publish))
+			}
+			m := d.Publish[0]
+			if got := m.Exchange + "/" + m.RoutingKey; got != tc.to {
+				t.Errorf("published to %s, want %s", got, tc.to)
+			}
+			if tc.position > 0 && m.Headers[HeaderRoutePosition] != tc.position {
+				t.Errorf("route position %v, want %d", m.Headers[HeaderRoutePosition], tc.position)
+			}
+		})
+	}
+}
+
+func TestAStepsOutputIsANewMessageOfTheSameRun(t *testing.T) {
+	in := delivery(amqp.Table{HeaderFirstSeen: "2026-09-09T14:00:00Z", HeaderOrigin: "shop", HeaderAttempt: int64(3)}, "client.q")
+	in.Env.CorrelationID = ""
+	d := Decide(stepConsumer("validate", 0), route, in, Result{Payload: []byte(`{"ok":1}`)}, nil, now, 0)
+	m := d.Publish[0]
+	checks := []struct{ what, got, want string }{
+		{"message id is new", fmt.Sprint(m.MessageId != "m-1" && len(m.MessageId) == 36), "true"},
+		{"correlation id is the first message's id when none was set", m.CorrelationId, "m-1"},
+		{"causation id is the consumed message's id", fmt.Sprint(m.Headers[HeaderCausationID]), "m-1"},
+		{"first-seen is carried", fmt.Sprint(m.Headers[HeaderFirstSeen]), "2026-09-09T14:00:00Z"},
+		{"origin is carried", fmt.Sprint(m.Headers[HeaderOrigin]), "shop"},
+		{"reply_to is carried", m.ReplyTo, "client.q"},
+		{"attempt starts again at 1", fmt.Sprint(m.Headers[HeaderAttempt]), "1"},
+		{"body is the handler's result", string(m.Body), `{"ok":1}`},
+	}
+	for _, c := range checks {
+		if c.got != c.want {
+			t.Errorf("%s: got %s, want %s", c.what, c.got, c.want)
+		}
+	}
+}
+
+func TestFailuresClimbTheLadderThenDeadLetter(t *testing.T) {
+	c := stepConsumer("reserve", 1)
+	cases := []struct {
+		name    string
+		attempt int64
+		err     error
+		outcome string
+		to      string
+		kind    string
+	}{
+		{"a retryable failure on attempt 1 waits in the first rung", 1, errors.New("stock service down"), OutcomeRetried, "fulfilment.reserve.retry.2s", ""},
+		{"attempt 2 waits in the second rung", 2, errors.New("stock service down"), OutcomeRetried, "fulfilment.reserve.retry.4s", ""},
+		{"the last attempt is exhausted and dead-lettered", 3, errors.New("stock service down"), OutcomeDeadLettered, "fulfilment.reserve.dlq", KindExhausted},
+		{"a fatal failure is dead-lettered on attempt 1", 1, fmt.Errorf("%w: unknown sku", ErrFatal), OutcomeDeadLettered, "fulfilment.reserve.dlq", KindFatal},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			in := delivery(amqp.Table{HeaderAttempt: tc.attempt, "x-custom": "kept"}, "")
+			d := Decide(c, route, in, Result{}, tc.err, now, 1)
+			if d.Outcome != tc.outcome {
+				t.Fatalf("outcome %s, want %s", d.Outcome, tc.outcome)
+			}
+			m := d.Publish[0]
+			if m.Exchange != "" || m.RoutingKey != tc.to {
+				t.Errorf("published to %q/%q, want the default exchange and %s", m.Exchange, m.RoutingKey, tc.to)
+			}
+			if m.MessageId != "m-1" || m.Headers["x-custom"] != "kept" || string(m.Body) != `{"id":"o-1"}` {
+				t.Errorf("the envelope changed: id %s, headers %v, body %s", m.MessageId, m.Headers, m.Body)
+			}
+			switch tc.outcome {
+			case OutcomeRetried:
+				if m.Headers[HeaderAttempt] != tc.attempt+1 {
+					t.Errorf("attempt header %v, want %d", m.Headers[HeaderAttempt], tc.attempt+1)
+				}
+				// jitter 0.5 with a draw of 1 halves the wait.
+				rung, _ := c.Retry.RungFor(int(tc.attempt))
+				if want := fmt.Sprint(time.Duration(rung.Delay).Milliseconds() / 2); m.Expiration != want {
+					t.Errorf("expiration %s ms, want %s", m.Expiration, want)
+				}
+			case OutcomeDeadLettered:
+				for _, h := range []string{HeaderError, HeaderErrorKind, HeaderFailedQueue, HeaderFailedAt} {
+					if m.Headers[h] == nil {
+						t.Errorf("dead-lettered message lacks %s", h)
+					}
+				}
+				if m.Headers[HeaderErrorKind] != tc.kind || m.Headers[HeaderFailedQueue] != "fulfilment.reserve" {
+					t.Errorf("error kind %v, failed queue %v", m.Headers[HeaderErrorKind], m.Headers[HeaderFailedQueue])
+				}
+				if !strings.Contains(fmt.Sprint(m.Headers[HeaderError]), "stock service down") && tc.kind == KindExhausted {
+					t.Errorf("error header %v does not say what failed", m.Headers[HeaderError])
+				}
+			}
+		})
+	}
+}
+
+func TestACarriedSlipWinsOverTheDeclaredRoute(t *testing.T) {
+	slip := Itinerary{}.Then("orders-events", "order.validate", "validate").Then("orders-events", "order.charge", "charge")
+	raw, _ := slip.MarshalJSON()
+	c := stepConsumer("validate", 0)
+	in := delivery(amqp.Table{HeaderSlip: string(raw), HeaderRoute: "validate,reserve,dispatch", HeaderRoutePosition: int64(0)}, "")
+	d := Decide(c, route, in, Result{Payload: []byte(`{}`)}, nil, now, 0)
+	m := d.Publish[0]
+	if m.Exchange != "orders-events" || m.RoutingKey != "order.charge" {
+		t.Fatalf("published to %s/%s, want the slip's next stop orders-events/order.charge", m.Exchange, m.RoutingKey)
+	}
+	got, err := ParseItinerary([]byte(m.Headers[HeaderSlip].(string)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Done()) != 1 || got.Done()[0].Name != "validate" || !got.Done()[0].CompletedAt.Equal(now) {
+		t.Errorf("done = %+v, want validate completed at %s", got.Done(), now)
+	}
+	if _, ok := m.Headers[HeaderRoute]; ok {
+		t.Error("a slip message also carries a declared route")
+	}
+}
+
+func TestABrokenSlipOrAnInvalidPayloadIsFatalBeforeTheHandler(t *testing.T) {
+	fsys := map[string]string{}
+	_ = fsys
+	c := stepConsumer("validate", 0)
+	in := delivery(amqp.Table{HeaderSlip: "{not json"}, "")
+	d, _ := Precheck(c, in, now)
+	if d == nil || d.Outcome != OutcomeDeadLettered || d.Publish[0].Headers[HeaderErrorKind] != KindFatal {
+		t.Fatalf("Precheck of a broken slip = %+v, want fatal dead-letter", d)
+	}
+	if !errors.Is(in.Env.SlipErr, ErrSlip) {
+		t.Errorf("slip error %v is not ErrSlip", in.Env.SlipErr)
+	}
+	set, err := spec.Load(testFS(`version: acemq.flow/v1
+name: shop
+types:
+  Order: {type: object, required: [id], properties: {id: {type: string}}}
+plugins:
+  p: {command: ./p}
+pipelines:
+  - name: fulfilment
+    input: Order
+    steps:
+      - {name: validate, handler: p.validate, output: Order}
+`), "f.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := Compile(set.Flows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	typed := &plan.Consumers[0]
+	for _, body := range []string{`{"id": 5}`, `not json`} {
+		in := InboundFrom(amqp.Delivery{MessageId: "m-2", Body: []byte(body)})
+		if d, _ := Precheck(typed, in, now); d == nil || d.Outcome != OutcomeDeadLettered {
+			t.Errorf("Precheck(%s) = %+v, want dead-lettered as fatal", body, d)
+		}
+	}
+	in = InboundFrom(amqp.Delivery{MessageId: "m-3", Body: []byte(`{"id":"o-1"}`)})
+	if d, payload := Precheck(typed, in, now); d != nil || payload == nil {
+		t.Errorf("Precheck of a valid order = %+v", d)
+	}
+	if d := Decide(typed, []string{"validate"}, in, Result{Payload: []byte(`{"id":7}`)}, nil, now, 0); d.Outcome != OutcomeDeadLettered {
+		t.Errorf("an output that breaks its type: outcome %s, want dead-lettered", d.Outcome)
+	}
+}
+
+func TestInProgressKeepsTheEnvelopeAndSpendsNoAttempt(t *testing.T) {
+	c := stepConsumer("reserve", 1)
+	in := delivery(amqp.Table{HeaderAttempt: int64(2)}, "")
+	d := InProgress(c, in)
+	m := d.Publish[0]
+	if d.Outcome != OutcomeInProgress || m.RoutingKey != "fulfilment.reserve.retry.1s" || m.Headers[HeaderAttempt] != int64(2) || m.MessageId != "m-1" {
+		t.Errorf("InProgress = %s to %s attempt %v id %s; want in_progress via the 1s rung, attempt 2, same id", d.Outcome, m.RoutingKey, m.Headers[HeaderAttempt], m.MessageId)
+	}
+}

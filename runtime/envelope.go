@@ -1,0 +1,161 @@
+package runtime
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// Envelope is what travels around a payload (FLOW-FORMAT §2): the AMQP
+// properties and the x-acemq headers, read leniently (any integer width, or
+// a numeric string) and written as the format says.
+type Envelope struct {
+	MessageID     string
+	CorrelationID string
+	CausationID   string
+	Type          string
+	ContentType   string
+	ReplyTo       string
+	Timestamp     time.Time
+	Attempt       int       // 1 on first delivery
+	FirstSeen     time.Time // of the first publish of the run
+	Origin        string
+	Route         []string // declared route, nil when none
+	RoutePosition int      // index in Route of the step this message is addressed to
+	Slip          *Itinerary
+	SlipErr       error // the slip header was there but could not be parsed
+	Replays       int
+	Headers       amqp.Table // every header as received
+}
+
+// ReadEnvelope reads the envelope of a delivery.
+func ReadEnvelope(p amqp.Delivery) Envelope {
+	e := Envelope{
+		MessageID:     p.MessageId,
+		CorrelationID: p.CorrelationId,
+		Type:          p.Type,
+		ContentType:   p.ContentType,
+		ReplyTo:       p.ReplyTo,
+		Timestamp:     p.Timestamp,
+		Headers:       p.Headers,
+		Attempt:       1,
+		RoutePosition: -1,
+	}
+	h := p.Headers
+	if n, ok := intHeader(h[HeaderAttempt]); ok && n > 0 {
+		e.Attempt = n
+	}
+	if n, ok := intHeader(h[HeaderReplays]); ok && n > 0 {
+		e.Replays = n
+	}
+	e.CausationID = strHeader(h[HeaderCausationID])
+	e.Origin = strHeader(h[HeaderOrigin])
+	if s := strHeader(h[HeaderFirstSeen]); s != "" {
+		if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+			e.FirstSeen = t
+		}
+	}
+	if s := strHeader(h[HeaderRoute]); s != "" {
+		e.Route = strings.Split(s, ",")
+		if n, ok := intHeader(h[HeaderRoutePosition]); ok {
+			e.RoutePosition = n
+		} else {
+			e.RoutePosition = 0
+		}
+	}
+	if v, ok := h[HeaderSlip]; ok {
+		var raw []byte
+		switch s := v.(type) {
+		case string:
+			raw = []byte(s)
+		case []byte:
+			raw = s
+		}
+		it, err := ParseItinerary(raw)
+		if err != nil {
+			e.SlipErr = err
+		} else {
+			e.Slip = &it
+		}
+	}
+	return e
+}
+
+// intHeader reads an integer header written by any client: any integer
+// width, a float holding a whole number, or a numeric string.
+func intHeader(v any) (int, bool) {
+	switch n := v.(type) {
+	case int:
+		return n, true
+	case int8:
+		return int(n), true
+	case int16:
+		return int(n), true
+	case int32:
+		return int(n), true
+	case int64:
+		return int(n), true
+	case uint8:
+		return int(n), true
+	case uint16:
+		return int(n), true
+	case uint32:
+		return int(n), true
+	case uint64:
+		if n > math.MaxInt32 {
+			return 0, false
+		}
+		return int(n), true
+	case float32:
+		return int(n), float32(int(n)) == n
+	case float64:
+		return int(n), float64(int(n)) == n
+	case string:
+		i, err := strconv.Atoi(strings.TrimSpace(n))
+		return i, err == nil
+	case []byte:
+		i, err := strconv.Atoi(strings.TrimSpace(string(n)))
+		return i, err == nil
+	}
+	return 0, false
+}
+
+func strHeader(v any) string {
+	switch s := v.(type) {
+	case string:
+		return s
+	case []byte:
+		return string(s)
+	case nil:
+		return ""
+	}
+	return fmt.Sprint(v)
+}
+
+// NewMessageID returns a random UUID (version 4): every new message gets one.
+func NewMessageID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	var out [36]byte
+	hex.Encode(out[0:8], b[0:4])
+	out[8] = '-'
+	hex.Encode(out[9:13], b[4:6])
+	out[13] = '-'
+	hex.Encode(out[14:18], b[6:8])
+	out[18] = '-'
+	hex.Encode(out[19:23], b[8:10])
+	out[23] = '-'
+	hex.Encode(out[24:], b[10:])
+	return string(out[:])
+}
+
+// FormatTime writes a header time as RFC 3339 UTC.
+func FormatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }

@@ -1,0 +1,91 @@
+package runtime
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+const formatSlip = `{"steps":[{"exchange":"orders-events","routingKey":"order.charge","name":"charge"}],"done":[{"exchange":"orders-events","routingKey":"order.validate","name":"validate","completedAt":"2026-09-09T14:03:11Z"}]}`
+
+func TestSlipRoundTripsByteForByte(t *testing.T) {
+	cases := []struct{ name, in string }{
+		{"the example of FLOW-FORMAT §2", formatSlip},
+		{"unknown fields at every level are kept", `{"steps":[{"exchange":"x","routingKey":"k","name":"a","ttl":5}],"done":[],"trace":{"id":"t-1"},"v":2}`},
+		{"an empty route", `{"steps":[],"done":[]}`},
+		{"characters HTML would escape", `{"steps":[{"exchange":"a&b","routingKey":"<k>","name":"n"}],"done":[]}`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			it, err := ParseItinerary([]byte(tc.in))
+			if err != nil {
+				t.Fatalf("ParseItinerary(%s): %v", tc.in, err)
+			}
+			out, _ := it.MarshalJSON()
+			if string(out) != tc.in {
+				t.Errorf("round trip changed the slip:\n got  %s\n want %s", out, tc.in)
+			}
+		})
+	}
+}
+
+func TestSlipAdvanceIsImmutableAndStampsCompletedAt(t *testing.T) {
+	it := Itinerary{}.Then("orders-events", "order.validate", "validate").Then("orders-events", "order.charge", "charge")
+	at := time.Date(2026, 9, 9, 14, 3, 11, 500_000_000, time.FixedZone("CEST", 7200))
+	next := it.Advance(at)
+	if len(it.Steps()) != 2 || len(it.Done()) != 0 {
+		t.Errorf("Advance changed the original: %d steps, %d done", len(it.Steps()), len(it.Done()))
+	}
+	out, _ := next.MarshalJSON()
+	want := `{"steps":[{"exchange":"orders-events","routingKey":"order.charge","name":"charge"}],"done":[{"exchange":"orders-events","routingKey":"order.validate","name":"validate","completedAt":"2026-09-09T12:03:11Z"}]}`
+	if string(out) != want {
+		t.Errorf("Advance: got %s, want %s", out, want)
+	}
+	last := next.Advance(at)
+	if _, ok := last.Current(); ok || len(last.Done()) != 2 {
+		t.Errorf("after the last stop: current present = %v, done %d; want the route ended with 2 done", ok, len(last.Done()))
+	}
+}
+
+func TestSlipAcceptsFractionalSeconds(t *testing.T) {
+	it, err := ParseItinerary([]byte(`{"steps":[],"done":[{"exchange":"x","routingKey":"k","name":"a","completedAt":"2026-09-09T14:03:11.123456Z"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := it.Done()[0].CompletedAt.Nanosecond(); got != 123456000 {
+		t.Errorf("completedAt nanoseconds = %d, want 123456000", got)
+	}
+}
+
+func TestBrokenSlipsAreErrSlip(t *testing.T) {
+	for _, in := range []string{``, `not json`, `[]`, `{"steps":"x"}`, `{"steps":[{"name":"a"}]}`, `{"steps":[],"done":[{"completedAt":"yesterday"}]}`, `{"steps":[]} trailing`} {
+		if _, err := ParseItinerary([]byte(in)); !errors.Is(err, ErrSlip) {
+			t.Errorf("ParseItinerary(%q) = %v, want ErrSlip", in, err)
+		}
+	}
+}
+
+func FuzzParseItinerary(f *testing.F) {
+	f.Add([]byte(formatSlip))
+	f.Add([]byte(`{"steps":[],"done":[],"x":[1,{"y":null}]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		it, err := ParseItinerary(data)
+		if err != nil {
+			return
+		}
+		// What we write, we must read back the same.
+		out, _ := it.MarshalJSON()
+		again, err := ParseItinerary(out)
+		if err != nil {
+			t.Fatalf("our own output does not parse: %v\n%s", err, out)
+		}
+		out2, _ := again.MarshalJSON()
+		if string(out) != string(out2) {
+			t.Fatalf("not stable:\n%s\n%s", out, out2)
+		}
+		if strings.Contains(string(out), "\n") && !strings.Contains(string(data), "\n") {
+			t.Fatalf("newline appeared")
+		}
+	})
+}
