@@ -93,9 +93,11 @@ func Open(ctx context.Context, path string, opts core.Options) (*Store, error) {
 	return &Store{db: db, path: path, opts: o}, nil
 }
 
-// DB returns the store's handle. A caller may begin its outbox transactions
-// on it (they then queue behind the store's own writes), and must not close
-// it.
+// DB returns the store's handle, which holds one connection. A caller may
+// begin its outbox transactions on it (they then queue with the store's own
+// writes), must not call the store while holding one (the store would wait
+// for the connection the caller holds), and must not close it. A separate
+// handle opened with DSN has neither restriction.
 func (s *Store) DB() *sql.DB { return s.db }
 
 // Close closes the file. It is idempotent.
