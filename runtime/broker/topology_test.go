@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -60,7 +61,7 @@ func TestDeclareReportsEveryProblemAtOnce(t *testing.T) {
 	q1 := e.queue("one", "classic")
 	x := e.exchange("events", "direct")
 	q2 := e.ns + "-two"
-	t.Cleanup(func() { e.topo.DeleteQueue(t.Context(), q2) })
+	t.Cleanup(func() { e.topo.DeleteQueue(context.Background(), q2) })
 
 	err := e.topo.Declare(t.Context(),
 		[]Exchange{{Name: x, Kind: "topic", Durable: true}},
