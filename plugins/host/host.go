@@ -200,12 +200,14 @@ func (p *Plugin) Handlers() []HandlerInfo {
 // Describe asks the running plugin for its handlers, waiting for a restart
 // if one is under way (within ctx and the per-call timeout).
 func (p *Plugin) Describe(ctx context.Context) ([]HandlerInfo, error) {
-	ctx, cancel := context.WithTimeoutCause(ctx, p.cfg.Timeout, p.timeoutErr)
-	defer cancel()
-	inst, err := p.running(ctx)
+	l, stop := p.limit(ctx)
+	defer stop()
+	inst, err := p.running(l)
 	if err != nil {
 		return nil, fmt.Errorf("plugin %q: describe: %w", p.cfg.Name, err)
 	}
+	ctx, cancel := context.WithTimeoutCause(ctx, l.left, p.timeoutErr)
+	defer cancel()
 	hs, err := inst.describe(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("plugin %q: describe: %w", p.cfg.Name, err)
@@ -221,17 +223,27 @@ func (p *Plugin) Describe(ctx context.Context) ([]HandlerInfo, error) {
 // whether it is fatal); every other error (ErrCrashed, ErrTimeout,
 // ErrUnavailable, ErrClosed, ErrProtocol, or the cause of ctx) is retryable.
 func (p *Plugin) Call(ctx context.Context, req Request) (Result, error) {
-	ctx, cancel := context.WithTimeoutCause(ctx, p.cfg.Timeout, p.timeoutErr)
-	defer cancel()
-	inst, err := p.running(ctx)
+	l, stop := p.limit(ctx)
+	defer stop()
+	inst, err := p.running(l)
 	if err != nil {
 		return Result{}, fmt.Errorf("plugin %q handler %q: %w", p.cfg.Name, req.Handler, err)
 	}
-	resp, err := inst.call(ctx, req)
+	resp, err := inst.call(l, req)
 	if err != nil {
 		return Result{}, fmt.Errorf("plugin %q handler %q: %w", p.cfg.Name, req.Handler, err)
 	}
 	return resultFromProto(p.cfg.Name, req.Handler, resp)
+}
+
+// limit starts the clock of one call; stop releases its timer.
+func (p *Plugin) limit(ctx context.Context) (l limit, stop func() bool) {
+	left := p.cfg.Timeout
+	if d, ok := ctx.Deadline(); ok {
+		left = min(left, time.Until(d))
+	}
+	t := time.NewTimer(p.cfg.Timeout)
+	return limit{ctx: ctx, expire: t.C, err: p.timeoutErr, left: left}, t.Stop
 }
 
 // Restarts returns how many times the plugin was restarted after a crash.
@@ -265,7 +277,7 @@ func (p *Plugin) Close() error {
 }
 
 // running returns the running instance, waiting for a restart if needed.
-func (p *Plugin) running(ctx context.Context) (*instance, error) {
+func (p *Plugin) running(l limit) (*instance, error) {
 	for {
 		if inst := p.cur.Load(); inst != nil && inst.alive() {
 			return inst, nil
@@ -276,16 +288,21 @@ func (p *Plugin) running(ctx context.Context) (*instance, error) {
 		if inst := p.cur.Load(); inst != nil && inst.alive() {
 			return inst, nil
 		}
+		var cause error
 		select {
 		case <-p.closing:
 			return nil, ErrClosed
 		case <-changed:
-		case <-ctx.Done():
-			if last == nil {
-				return nil, fmt.Errorf("%w: %w", ErrUnavailable, context.Cause(ctx))
-			}
-			return nil, fmt.Errorf("%w (%v): %w", ErrUnavailable, last, context.Cause(ctx))
+			continue
+		case <-l.ctx.Done():
+			cause = context.Cause(l.ctx)
+		case <-l.expire:
+			cause = l.err
 		}
+		if last == nil {
+			return nil, fmt.Errorf("%w: %w", ErrUnavailable, cause)
+		}
+		return nil, fmt.Errorf("%w (%v): %w", ErrUnavailable, last, cause)
 	}
 }
 

@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,7 +19,6 @@ import (
 const (
 	maxBatchCalls = 256
 	maxBatchBytes = 1 << 20
-	sendQueueLen  = 1024
 )
 
 // instance is one running plugin process (or in-process server) and the
@@ -29,7 +29,6 @@ type instance struct {
 	rpc      proto.PluginClient
 	stream   proto.Plugin_CallsClient
 	cancel   context.CancelFunc // ends the stream
-	sendq    chan outgoing
 	started  time.Time
 	handlers []HandlerInfo
 	pid      int // 0 in process
@@ -46,6 +45,12 @@ type instance struct {
 
 	done chan struct{} // closed by fail
 	err  error         // why; set before done is closed
+
+	smu     sync.Mutex // guards the send queue; see send
+	squeue  []outgoing
+	sspare  []outgoing
+	sending bool
+	sendErr error
 
 	loops    sync.WaitGroup
 	stopOnce sync.Once
@@ -87,7 +92,6 @@ func openInstance(ctx context.Context, name string, conn grpc.ClientConnInterfac
 		rpc:      rpc,
 		stream:   stream,
 		cancel:   cancel,
-		sendq:    make(chan outgoing, sendQueueLen),
 		started:  time.Now(),
 		handlers: handlersFromProto(desc),
 		pid:      pid,
@@ -96,7 +100,6 @@ func openInstance(ctx context.Context, name string, conn grpc.ClientConnInterfac
 		done:     make(chan struct{}),
 	}
 	i.loops.Go(i.recvLoop)
-	i.loops.Go(i.sendLoop)
 	if exited != nil {
 		i.loops.Go(func() {
 			select {
@@ -146,9 +149,20 @@ func (i *instance) stop(reason error) error {
 	return i.stopErr
 }
 
-// call sends one request and waits for its answer, ctx's end or the
+// limit is how long one call may take: until the caller's context ends or
+// the plugin's timeout fires, whichever comes first. It is a timer rather
+// than a context derived per call, because deriving from a context that
+// many callers share makes them all take its lock twice per call.
+type limit struct {
+	ctx    context.Context
+	expire <-chan time.Time // the plugin's per-call timeout
+	err    error            // what expire means
+	left   time.Duration    // the time the call had when it began
+}
+
+// call sends one request and waits for its answer, the limit or the
 // instance's failure. The errors it returns are all retryable.
-func (i *instance) call(ctx context.Context, req Request) (*proto.HandleResponse, error) {
+func (i *instance) call(l limit, req Request) (*proto.HandleResponse, error) {
 	id := i.nextID.Add(1)
 	ch := make(chan *proto.HandleResponse, 1)
 	i.mu.Lock()
@@ -159,37 +173,17 @@ func (i *instance) call(ctx context.Context, req Request) (*proto.HandleResponse
 	i.pending[id] = ch
 	i.mu.Unlock()
 
-	var timeout time.Duration
-	if d, ok := ctx.Deadline(); ok {
-		timeout = time.Until(d)
+	if err := i.send(outgoing{call: requestToProto(id, req, l.left)}); err != nil {
+		return nil, err
 	}
-	select {
-	case i.sendq <- outgoing{call: requestToProto(id, req, timeout)}:
-	case <-ctx.Done():
-		i.forget(id)
-		return nil, context.Cause(ctx)
-	case <-i.done:
-		return nil, i.err
-	}
+	var cause error
 	select {
 	case resp := <-ch:
 		return resp, nil
-	case <-ctx.Done():
-		if i.forget(id) {
-			// Best effort: tell the plugin to cancel the handler's context.
-			// A full queue means the plugin is far behind; its own copy of
-			// the deadline ends the handler then.
-			select {
-			case i.sendq <- outgoing{cancel: id}:
-			default:
-			}
-		}
-		select {
-		case resp := <-ch: // answered while the deadline passed: use it
-			return resp, nil
-		default:
-		}
-		return nil, context.Cause(ctx)
+	case <-l.ctx.Done():
+		cause = context.Cause(l.ctx)
+	case <-l.expire:
+		cause = l.err
 	case <-i.done:
 		select {
 		case resp := <-ch:
@@ -198,6 +192,17 @@ func (i *instance) call(ctx context.Context, req Request) (*proto.HandleResponse
 		}
 		return nil, i.err
 	}
+	if i.forget(id) {
+		// Tell the plugin to cancel the handler's context (it also has its
+		// own copy of the deadline).
+		_ = i.send(outgoing{cancel: id})
+	}
+	select {
+	case resp := <-ch: // answered while the limit passed: use it
+		return resp, nil
+	default:
+	}
+	return nil, cause
 }
 
 // forget removes a pending call and reports whether it was still pending.
@@ -227,32 +232,68 @@ func (i *instance) recvLoop() {
 	}
 }
 
-func (i *instance) sendLoop() {
-	defer func() { _ = i.stream.CloseSend() }()
+// send queues o for the stream. The sender batches without a goroutine of
+// its own: a caller that finds no write under way writes, and goes on
+// writing what other callers queued meanwhile; one that comes during a
+// write only queues. Under load, calls thus share writes (and the wake-ups
+// and system calls that go with them); at low load a call is written at
+// once. It returns the instance's error once it has failed.
+func (i *instance) send(o outgoing) error {
+	i.smu.Lock()
+	if i.sendErr != nil {
+		i.smu.Unlock()
+		return i.err
+	}
+	i.squeue = append(i.squeue, o)
+	if i.sending {
+		i.smu.Unlock()
+		return nil
+	}
+	i.sending = true
+	i.smu.Unlock()
+	// Callers woken by the same batch of answers are often about to call
+	// again: let them queue their calls for this write.
+	runtime.Gosched()
+	i.smu.Lock()
+	for len(i.squeue) > 0 && i.sendErr == nil {
+		queue := i.squeue
+		i.squeue = i.sspare[:0]
+		i.smu.Unlock()
+		err := i.write(queue)
+		clear(queue)
+		i.smu.Lock()
+		i.sspare = queue[:0]
+		if err != nil {
+			i.sendErr = err
+			i.squeue = nil
+		}
+	}
+	i.sending = false
+	err := i.sendErr
+	i.smu.Unlock()
+	if err != nil {
+		i.fail(fmt.Errorf("%w (connection lost: %v)", ErrCrashed, err))
+		return i.err
+	}
+	return nil
+}
+
+// write sends queue in CallBatch messages of bounded size.
+func (i *instance) write(queue []outgoing) error {
 	batch := &proto.CallBatch{}
-	for {
-		select {
-		case o := <-i.sendq:
-			size := addOutgoing(batch, o)
-		fill:
-			for len(batch.Calls)+len(batch.Cancel) < maxBatchCalls && size < maxBatchBytes {
-				select {
-				case o := <-i.sendq:
-					size += addOutgoing(batch, o)
-				default:
-					break fill
-				}
-			}
-		case <-i.done:
-			return
+	for len(queue) > 0 {
+		n, size := 0, 0
+		batch.Calls, batch.Cancel = batch.Calls[:0], batch.Cancel[:0]
+		for n < len(queue) && n < maxBatchCalls && (n == 0 || size < maxBatchBytes) {
+			size += addOutgoing(batch, queue[n])
+			n++
 		}
 		if err := i.stream.Send(batch); err != nil {
-			i.fail(fmt.Errorf("%w (connection lost: %v)", ErrCrashed, err))
-			return
+			return err
 		}
-		clear(batch.Calls)
-		batch.Calls, batch.Cancel = batch.Calls[:0], batch.Cancel[:0]
+		queue = queue[n:]
 	}
+	return nil
 }
 
 // describe asks the running plugin for its handlers.

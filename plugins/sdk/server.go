@@ -6,13 +6,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
 	"time"
-
-	gproto "google.golang.org/protobuf/proto"
 
 	"github.com/acemq/acemq-flow/plugins/proto"
 )
@@ -72,25 +71,24 @@ func (s *server) Describe(context.Context, *proto.DescribeRequest) (*proto.Descr
 // when the host closes the stream; handlers still running then have their
 // contexts cancelled and are waited for.
 func (s *server) Calls(stream proto.Plugin_CallsServer) error {
-	ctx, cancel := context.WithCancel(stream.Context())
-	defer cancel()
-
-	results := make(chan *proto.HandleResponse, maxBatchResults)
-	var sender sync.WaitGroup
-	var sendErr error
-	sender.Go(func() {
-		sendErr = s.send(stream, results)
-		if sendErr != nil {
-			cancel() // the host is gone; stop the handlers
-			for range results {
-			}
-		}
-	})
-
+	// Each call's context is cancelled through running, not through a
+	// common parent: deriving every call from one context would make all
+	// handlers take that context's lock as they start and finish.
+	base := context.WithoutCancel(stream.Context())
 	var (
 		mu      sync.Mutex
 		running = map[uint64]context.CancelFunc{}
+		ended   bool // the stream is gone: cancel calls as they start
 	)
+	cancelAll := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		ended = true
+		for _, c := range running {
+			c()
+		}
+	}
+	out := &resultSender{stream: stream, onError: cancelAll} // the host is gone
 	var handlers sync.WaitGroup
 	var recvErr error
 	for {
@@ -109,10 +107,13 @@ func (s *server) Calls(stream proto.Plugin_CallsServer) error {
 		}
 		mu.Unlock()
 		for _, call := range batch.GetCalls() {
-			callCtx, callCancel := s.callContext(ctx, call)
+			callCtx, callCancel := s.callContext(base, call)
 			id := call.GetCallId()
 			mu.Lock()
 			running[id] = callCancel
+			if ended {
+				callCancel()
+			}
 			mu.Unlock()
 			handlers.Go(func() {
 				resp := s.handle(callCtx, call)
@@ -120,21 +121,16 @@ func (s *server) Calls(stream proto.Plugin_CallsServer) error {
 				delete(running, id)
 				mu.Unlock()
 				callCancel()
-				select {
-				case results <- resp:
-				case <-ctx.Done():
-				}
+				out.send(resp)
 			})
 		}
 	}
-	cancel()
+	cancelAll()
 	handlers.Wait()
-	close(results)
-	sender.Wait()
 	if recvErr != nil {
 		return recvErr
 	}
-	return sendErr
+	return out.error()
 }
 
 func (s *server) callContext(ctx context.Context, call *proto.HandleRequest) (context.Context, context.CancelFunc) {
@@ -144,32 +140,78 @@ func (s *server) callContext(ctx context.Context, call *proto.HandleRequest) (co
 	return context.WithCancel(ctx)
 }
 
-// send writes answers as they become ready, batching those that are
-// already waiting so that a busy plugin makes fewer, larger writes.
-func (s *server) send(stream proto.Plugin_CallsServer, results <-chan *proto.HandleResponse) error {
-	batch := &proto.ResultBatch{}
-	for first := range results {
-		batch.Results = append(batch.Results[:0], first)
-		size := gproto.Size(first)
-	fill:
-		for len(batch.Results) < maxBatchResults && size < maxBatchBytes {
-			select {
-			case r, ok := <-results:
-				if !ok {
-					break fill
-				}
-				batch.Results = append(batch.Results, r)
-				size += gproto.Size(r)
-			default:
-				break fill
-			}
+// resultSender writes answers to the stream in batches without a goroutine
+// of its own: a handler that finishes while no write is under way writes,
+// and goes on writing what other handlers queued meanwhile; one that
+// finishes during a write only queues its answer. Under load, answers thus
+// share writes (and the wake-ups and system calls that go with them), and
+// at low load an answer is written at once.
+type resultSender struct {
+	stream  proto.Plugin_CallsServer
+	onError func()
+
+	mu      sync.Mutex
+	queue   []*proto.HandleResponse
+	spare   []*proto.HandleResponse
+	sending bool
+	err     error
+}
+
+func (r *resultSender) send(resp *proto.HandleResponse) {
+	r.mu.Lock()
+	if r.err != nil {
+		r.mu.Unlock()
+		return
+	}
+	r.queue = append(r.queue, resp)
+	if r.sending {
+		r.mu.Unlock()
+		return
+	}
+	r.sending = true
+	r.mu.Unlock()
+	// Handlers started from the same batch of calls are often about to
+	// finish: let them queue their answers for this write.
+	runtime.Gosched()
+	r.mu.Lock()
+	for len(r.queue) > 0 && r.err == nil {
+		batch := r.queue
+		r.queue = r.spare[:0]
+		r.mu.Unlock()
+		err := r.write(batch)
+		clear(batch)
+		r.mu.Lock()
+		r.spare = batch[:0]
+		if err != nil {
+			r.err = err
+			r.queue = nil
+			r.onError()
 		}
-		if err := stream.Send(batch); err != nil {
+	}
+	r.sending = false
+	r.mu.Unlock()
+}
+
+// write sends results in ResultBatch messages of bounded size.
+func (r *resultSender) write(results []*proto.HandleResponse) error {
+	for len(results) > 0 {
+		n, size := 0, 0
+		for n < len(results) && n < maxBatchResults && (n == 0 || size < maxBatchBytes) {
+			size += len(results[n].GetOutput().GetPayload()) + 16
+			n++
+		}
+		if err := r.stream.Send(&proto.ResultBatch{Results: results[:n]}); err != nil {
 			return err
 		}
-		clear(batch.Results)
+		results = results[n:]
 	}
 	return nil
+}
+
+func (r *resultSender) error() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.err
 }
 
 // handle runs one handler call and turns its outcome into the answer. A
