@@ -76,11 +76,11 @@ func BenchmarkCall(b *testing.B) {
 			b.Fatal(err)
 		}
 		fmt.Printf("bench: %s-call %.0f msgs/s\n", target.name, many.rate)
-		fmt.Printf("bench: %s-latency-p50 %.1f us\n", target.name, micros(one.p50))
-		fmt.Printf("bench: %s-latency-p99 %.1f us\n", target.name, micros(one.p99))
+		fmt.Printf("bench: %s-latency-p50 %.2f us\n", target.name, micros(one.p50))
+		fmt.Printf("bench: %s-latency-p99 %.2f us\n", target.name, micros(one.p99))
 		fmt.Printf("bench: %s-call-1 %.0f msgs/s\n", target.name, one.rate)
-		fmt.Printf("bench: %s-latency-p50-16 %.1f us\n", target.name, micros(many.p50))
-		fmt.Printf("bench: %s-latency-p99-16 %.1f us\n", target.name, micros(many.p99))
+		fmt.Printf("bench: %s-latency-p50-16 %.2f us\n", target.name, micros(many.p50))
+		fmt.Printf("bench: %s-latency-p99-16 %.2f us\n", target.name, micros(many.p99))
 		if target.name == "plugin" {
 			b.ReportMetric(many.rate, "msgs/s")
 			b.ReportMetric(micros(one.p50), "p50-us")

@@ -389,6 +389,16 @@ func restartDelay(quickFailures int) time.Duration {
 	return d
 }
 
+// dialOptions tune the connection to a plugin for many small messages in
+// flight: fixed, large flow-control windows, so that the stream never
+// stalls for window updates and gRPC sends no bandwidth-probing pings.
+var dialOptions = []grpc.DialOption{
+	grpc.WithInitialWindowSize(flowWindow),
+	grpc.WithInitialConnWindowSize(flowWindow),
+}
+
+const flowWindow = 16 << 20
+
 // handshake is the go-plugin handshake of acemq-flow plugins.
 var handshake = plugin.HandshakeConfig{
 	ProtocolVersion:  proto.ProtocolVersion,
@@ -415,6 +425,7 @@ func (p *Plugin) spawnProcess(ctx context.Context) (*instance, error) {
 		SyncStdout:       &lineWriter{log: p.log, stream: "stdout"},
 		SyncStderr:       &lineWriter{log: p.log, stream: "stderr"},
 		SkipHostEnv:      true, // newProcRunner adds the environment itself, flow env winning
+		GRPCDialOptions:  dialOptions,
 	})
 	// A start that outlives ctx (Close during a restart) is cut short by
 	// killing the process, which makes go-plugin's handshake wait return.

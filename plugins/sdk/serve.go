@@ -50,7 +50,10 @@ func Serve(handlers map[string]Handler, opts ...Option) {
 		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
 			// A payload is as large as the broker allows; gRPC's 4 MiB
 			// default would fail large messages as a transport error.
-			opts = append(opts, grpc.MaxRecvMsgSize(math.MaxInt32), grpc.MaxSendMsgSize(math.MaxInt32))
+			opts = append(opts, grpc.MaxRecvMsgSize(math.MaxInt32), grpc.MaxSendMsgSize(math.MaxInt32),
+				// Fixed, large windows: the call stream never waits for
+				// window updates, and gRPC sends no bandwidth probes.
+				grpc.InitialWindowSize(16<<20), grpc.InitialConnWindowSize(16<<20))
 			return grpc.NewServer(opts...)
 		},
 		Logger: hclog.New(&hclog.LoggerOptions{
