@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"strconv"
+	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -273,8 +274,9 @@ func reply(c *Consumer, in Inbound, outcome string, body []byte, extra amqp.Tabl
 		h[HeaderSlip] = string(raw)
 	}
 	return Publish{BestEffort: true, Message: broker.Message{
-		Exchange:   "",
-		RoutingKey: in.Env.ReplyTo,
+		Exchange:     "",
+		RoutingKey:   in.Env.ReplyTo,
+		NotMandatory: strings.HasPrefix(in.Env.ReplyTo, "amq.rabbitmq.reply-to"),
 		Publishing: amqp.Publishing{
 			MessageId:     NewMessageID(),
 			CorrelationId: runID(in.Env),

@@ -162,6 +162,7 @@ type ItineraryPlan struct {
 	Stops []StopPlan      `json:"stops"`
 	At    spec.Pos        `json:"-"`
 	Spec  *spec.Itinerary `json:"-"`
+	file  *spec.Flow
 }
 
 // StopPlan is one stop of an itinerary.
@@ -521,7 +522,7 @@ func (c *compiler) saga(f *spec.Flow, s *spec.Saga) {
 }
 
 func (c *compiler) itinerary(f *spec.Flow, it *spec.Itinerary) {
-	ip := ItineraryPlan{Name: it.Name, Flow: f.Name, Input: it.Input, At: it.Pos, Spec: it}
+	ip := ItineraryPlan{Name: it.Name, Flow: f.Name, Input: it.Input, At: it.Pos, Spec: it, file: f}
 	for _, s := range it.Stops {
 		ip.Stops = append(ip.Stops, StopPlan{Name: s.Name, Exchange: s.Exchange, RoutingKey: s.RoutingKey, When: s.When.Source})
 	}

@@ -4,4 +4,6 @@ import "github.com/spf13/cobra"
 
 // addMoreCommands registers the commands that need a broker, a database or
 // the runtime.
-func addMoreCommands(root *cobra.Command, io streams) {}
+func addMoreCommands(root *cobra.Command, io streams) {
+	root.AddCommand(newRunCmd(io), newSendCmd(io))
+}

@@ -18,6 +18,10 @@ import (
 type Message struct {
 	Exchange   string
 	RoutingKey string
+	// NotMandatory publishes without the mandatory flag. It is for direct
+	// reply-to, whose pseudo-queue the broker reports as unroutable even
+	// when it delivers; every other publish must be mandatory.
+	NotMandatory bool
 	amqp.Publishing
 }
 
@@ -219,7 +223,7 @@ func (p *Publisher) publish(ctx context.Context, msg *Message, pd *Pending, fn f
 		}
 		// The ring append happens under the same lock as the write, so the
 		// confirm loop never sees a confirm before its entry.
-		dc, err := g.ch.PublishWithDeferredConfirm(msg.Exchange, msg.RoutingKey, true, false, msg.Publishing)
+		dc, err := g.ch.PublishWithDeferredConfirm(msg.Exchange, msg.RoutingKey, !msg.NotMandatory, false, msg.Publishing)
 		if err != nil && !g.ch.IsClosed() {
 			// Refused before anything was written (a header of a type AMQP
 			// cannot carry): the message itself is wrong.

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/acemq/acemq-flow/runtime"
+)
+
+func newSendCmd(s streams) *cobra.Command {
+	var (
+		t       runtime.Target
+		data    string
+		amqpURL string
+		in, at  string
+		wait    time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "send PATH... (--pipeline|--itinerary NAME | --exchange X --routing-key K) [--data @file|-|JSON] [--wait DURATION]",
+		Short: "Send a message into a pipeline, an itinerary or an exchange",
+		Long: `Send a message into a pipeline (its first step, with the declared route), an
+itinerary (a slip holding only the stops whose when holds for this payload),
+or an exchange and routing key. The flows are read from PATH.
+
+--wait is request/reply: it waits for the run's reply and prints its payload;
+exit 0 when the run completed or stopped, 1 when it was dead-lettered or no
+reply came in time.`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if in != "" || at != "" {
+				return failed("--in and --at need the scheduler, which is %v", runtime.ErrUnsupported)
+			}
+			if len(args) == 0 && (t.Pipeline != "" || t.Itinerary != "" || t.Saga != "") {
+				return usage("name the flow files: acemq-flow send PATH... --pipeline %s", t.Pipeline+t.Itinerary+t.Saga)
+			}
+			payload, err := readData(s, data)
+			if err != nil {
+				return err
+			}
+			plan := &runtime.Plan{}
+			if len(args) > 0 {
+				_, p, ds := loadAndCompile(s, args)
+				if ds.HasErrors() {
+					_ = renderDiagText(s.err, ds)
+					return failed("the flows are invalid; fix the errors above")
+				}
+				plan = p
+			}
+			msg, err := runtime.FirstMessage(plan, t, payload, time.Now())
+			if err != nil {
+				return failed("%v", err)
+			}
+			reply, err := runtime.Send(cmd.Context(), amqpURL, msg, wait)
+			if err != nil {
+				return failed("%v", err)
+			}
+			fmt.Fprintf(s.err, "sent message %s to exchange %q with key %q\n", msg.MessageId, msg.Exchange, msg.RoutingKey)
+			if reply == nil {
+				return nil
+			}
+			fmt.Fprintf(s.err, "outcome: %s\n", reply.Outcome)
+			if reply.StoppedAt != "" {
+				fmt.Fprintf(s.err, "stopped at: %s\n", reply.StoppedAt)
+			}
+			if reply.Error != "" {
+				fmt.Fprintf(s.err, "error: %s\n", reply.Error)
+			}
+			if len(reply.Payload) > 0 {
+				fmt.Fprintf(s.out, "%s\n", reply.Payload)
+			}
+			if reply.Outcome == "dead-lettered" {
+				return silent1
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&t.Pipeline, "pipeline", "", "send into this pipeline's first step")
+	f.StringVar(&t.Itinerary, "itinerary", "", "send with this itinerary's slip")
+	f.StringVar(&t.Saga, "saga", "", "start this saga")
+	f.StringVar(&t.Exchange, "exchange", "", "publish to this exchange")
+	f.StringVar(&t.RoutingKey, "routing-key", "", "with this routing key")
+	f.StringVar(&data, "data", "", "the payload: JSON text, @file, or - for standard input")
+	f.StringVar(&in, "in", "", "deliver after this delay")
+	f.StringVar(&at, "at", "", "deliver at this time")
+	f.DurationVar(&wait, "wait", 0, "wait this long for the reply (request/reply)")
+	f.StringVar(&amqpURL, "amqp", envOr("ACEMQ_AMQP_URL", defaultAMQP), "broker URL (env ACEMQ_AMQP_URL)")
+	return cmd
+}
+
+func readData(s streams, data string) ([]byte, error) {
+	var raw []byte
+	var err error
+	switch {
+	case data == "":
+		return nil, nil
+	case data == "-":
+		raw, err = io.ReadAll(s.in)
+	case data[0] == '@':
+		raw, err = os.ReadFile(trimAt(data))
+	default:
+		raw = []byte(data)
+	}
+	if err != nil {
+		return nil, failed("read --data %s: %v", data, err)
+	}
+	if !json.Valid(raw) {
+		return nil, failed("--data %s is not JSON", data)
+	}
+	return raw, nil
+}

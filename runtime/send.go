@@ -1,0 +1,233 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/acemq/acemq-flow/runtime/broker"
+	"github.com/acemq/acemq-flow/spec"
+)
+
+// Target says where `send` publishes: the entry of a pipeline or an
+// itinerary, or an exchange and routing key.
+type Target struct {
+	Pipeline   string
+	Itinerary  string
+	Saga       string
+	Exchange   string
+	RoutingKey string
+}
+
+// FirstMessage builds the first message of a run: a new message id that is
+// also the run's correlation id, attempt 1, first-seen now, and the route
+// (a pipeline's declared route, or an itinerary's slip holding only the
+// stops whose `when` holds for this payload). The payload is checked against
+// the entry's input type first.
+func FirstMessage(plan *Plan, t Target, payload []byte, now time.Time) (broker.Message, error) {
+	id := NewMessageID()
+	msg := broker.Message{Publishing: amqp.Publishing{
+		MessageId: id, CorrelationId: id, ContentType: "application/json", DeliveryMode: amqp.Persistent,
+		Timestamp: now.UTC().Truncate(time.Second), Body: payload,
+		Headers: amqp.Table{HeaderAttempt: int64(1), HeaderFirstSeen: FormatTime(now)},
+	}}
+	switch {
+	case t.Pipeline != "":
+		p, c := plan.pipeline(t.Pipeline)
+		if p == nil {
+			return msg, fmt.Errorf("no pipeline %q in the flows; known: %s", t.Pipeline, plan.names("pipeline"))
+		}
+		if err := checkInput(c.File, p.Input, payload); err != nil {
+			return msg, fmt.Errorf("pipeline %q: %w", p.Name, err)
+		}
+		msg.Exchange, msg.RoutingKey = p.Exchange, p.Route[0]
+		msg.Type = p.Input
+		msg.Headers[HeaderRoute] = RouteHeader(p.Route)
+		msg.Headers[HeaderRoutePosition] = int64(0)
+		msg.Headers[HeaderOrigin] = p.Flow
+	case t.Itinerary != "":
+		it := plan.itinerary(t.Itinerary)
+		if it == nil {
+			return msg, fmt.Errorf("no itinerary %q in the flows; known: %s", t.Itinerary, plan.names("itinerary"))
+		}
+		var decoded any
+		if len(payload) > 0 {
+			v, err := spec.DecodeJSON(payload)
+			if err != nil {
+				return msg, fmt.Errorf("itinerary %q: the payload is not JSON: %w", it.Name, err)
+			}
+			decoded = v
+		}
+		if it.Input != "" && it.Spec != nil {
+			if err := checkInput(it.file, it.Input, payload); err != nil {
+				return msg, fmt.Errorf("itinerary %q: %w", it.Name, err)
+			}
+		}
+		slip, err := ItineraryFor(*it, decoded)
+		if err != nil {
+			return msg, err
+		}
+		first, ok := slip.Current()
+		if !ok {
+			return msg, fmt.Errorf("itinerary %q: no stop applies to this payload", it.Name)
+		}
+		raw, _ := slip.MarshalJSON()
+		msg.Exchange, msg.RoutingKey = first.Exchange, first.RoutingKey
+		msg.Type = it.Input
+		msg.Headers[HeaderSlip] = string(raw)
+		msg.Headers[HeaderOrigin] = it.Flow
+	case t.Saga != "":
+		return msg, fmt.Errorf("saga %q: sagas are %w", t.Saga, ErrUnsupported)
+	case t.Exchange != "" || t.RoutingKey != "":
+		msg.Exchange, msg.RoutingKey = t.Exchange, t.RoutingKey
+		msg.Headers[HeaderOrigin] = "acemq-flow send"
+	default:
+		return msg, errors.New("say where to send: --pipeline, --itinerary, --saga, or --exchange with --routing-key")
+	}
+	return msg, nil
+}
+
+func checkInput(f *spec.Flow, typ string, payload []byte) error {
+	if f == nil || typ == "" {
+		return nil
+	}
+	if err := f.Type(typ).ValidateJSON(payload); err != nil {
+		return fmt.Errorf("the payload is not a valid %s: %w", typ, err)
+	}
+	return nil
+}
+
+func (p *Plan) pipeline(name string) (*PipelinePlan, *Consumer) {
+	for i := range p.Pipelines {
+		if p.Pipelines[i].Name != name {
+			continue
+		}
+		for j := range p.Consumers {
+			if p.Consumers[j].Pipeline == name {
+				return &p.Pipelines[i], &p.Consumers[j]
+			}
+		}
+		return &p.Pipelines[i], &Consumer{}
+	}
+	return nil, nil
+}
+
+func (p *Plan) itinerary(name string) *ItineraryPlan {
+	for i := range p.Itineraries {
+		if p.Itineraries[i].Name == name {
+			return &p.Itineraries[i]
+		}
+	}
+	return nil
+}
+
+func (p *Plan) names(kind string) string {
+	var out []string
+	switch kind {
+	case "pipeline":
+		for _, x := range p.Pipelines {
+			out = append(out, x.Name)
+		}
+	case "itinerary":
+		for _, x := range p.Itineraries {
+			out = append(out, x.Name)
+		}
+	}
+	if len(out) == 0 {
+		return "none"
+	}
+	return fmt.Sprint(out)
+}
+
+// Reply is what came back to a `send --wait`.
+type Reply struct {
+	Outcome   string // completed, stopped, dead-lettered
+	Payload   []byte
+	Headers   amqp.Table
+	StoppedAt string
+	Error     string
+}
+
+// ErrNoReply is returned by Send when no reply came within the wait.
+var ErrNoReply = errors.New("no reply")
+
+// Send publishes msg on its own connection with a confirm, and, when wait
+// is positive, waits for the run's reply over direct reply-to (correlated
+// by the run's id). It returns nil Reply when wait is zero.
+func Send(ctx context.Context, url string, msg broker.Message, wait time.Duration) (*Reply, error) {
+	dctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	conn, err := broker.Open(dctx, url, broker.ConnOptions{Name: "acemq-flow send"})
+	if err != nil {
+		return nil, fmt.Errorf("connect to the broker: %w", err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel(dctx)
+	if err != nil {
+		return nil, fmt.Errorf("open a channel: %w", err)
+	}
+	defer ch.Close()
+	var replies <-chan amqp.Delivery
+	if wait > 0 {
+		// Direct reply-to: consume before publishing, on the same channel.
+		replies, err = ch.ConsumeWithContext(ctx, "amq.rabbitmq.reply-to", "", true, false, false, false, nil)
+		if err != nil {
+			return nil, fmt.Errorf("consume direct reply-to: %w", err)
+		}
+		msg.ReplyTo = "amq.rabbitmq.reply-to"
+	}
+	if err := ch.Confirm(false); err != nil {
+		return nil, fmt.Errorf("enable confirms: %w", err)
+	}
+	returns := ch.NotifyReturn(make(chan amqp.Return, 1))
+	confirms := ch.NotifyPublish(make(chan amqp.Confirmation, 1))
+	if err := ch.PublishWithContext(ctx, msg.Exchange, msg.RoutingKey, true, false, msg.Publishing); err != nil {
+		return nil, fmt.Errorf("publish to %q with key %q: %w", msg.Exchange, msg.RoutingKey, err)
+	}
+	var returned bool
+	select {
+	case <-returns:
+		returned = true
+		<-confirms
+	case c := <-confirms:
+		if !c.Ack {
+			return nil, fmt.Errorf("the broker refused the message (nack) on %q with key %q", msg.Exchange, msg.RoutingKey)
+		}
+		select {
+		case <-returns:
+			returned = true
+		default:
+		}
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if returned {
+		return nil, fmt.Errorf("%w: exchange %q has no queue bound for key %q; is the runtime running with these flows?", broker.ErrUnroutable, msg.Exchange, msg.RoutingKey)
+	}
+	if wait <= 0 {
+		return nil, nil
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		select {
+		case d, ok := <-replies:
+			if !ok {
+				return nil, errors.New("the reply channel closed")
+			}
+			if d.CorrelationId != msg.CorrelationId {
+				continue
+			}
+			r := &Reply{Outcome: strHeader(d.Headers[HeaderOutcome]), Payload: d.Body, Headers: d.Headers,
+				StoppedAt: strHeader(d.Headers[HeaderStoppedAt]), Error: strHeader(d.Headers[HeaderError])}
+			return r, nil
+		case <-timer.C:
+			return nil, fmt.Errorf("%w within %s for message %s", ErrNoReply, wait, msg.MessageId)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
