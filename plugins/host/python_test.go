@@ -1,11 +1,15 @@
 package host
 
 import (
+	"context"
 	"errors"
+	"log/slog"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"testing"
+	"time"
 )
 
 // TestPythonPlugin starts examples/plugins/python-echo, a plugin written
@@ -23,7 +27,8 @@ func TestPythonPlugin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := Start(t.Context(), Config{Name: "pyecho", Command: script, Logger: testLogger(t)})
+	logs := &recordWatch{want: "python plugin serving", seen: make(chan slog.Record, 1)}
+	p, err := Start(t.Context(), Config{Name: "pyecho", Command: script, Logger: slog.New(logs)})
 	if err != nil {
 		t.Fatalf("Start(%s): %v", script, err)
 	}
@@ -51,4 +56,47 @@ func TestPythonPlugin(t *testing.T) {
 	if !errors.As(err, &ce) || !ce.Fatal {
 		t.Fatalf("Call(nope) error = %v, want a fatal *CallError", err)
 	}
+
+	// The plugin's JSON log line on stderr reaches the runtime's logger at
+	// its own level, tagged with the plugin's name.
+	select {
+	case r := <-logs.seen:
+		attrs := map[string]string{}
+		r.Attrs(func(a slog.Attr) bool { attrs[a.Key] = a.Value.String(); return true })
+		if r.Level != slog.LevelInfo || attrs["plugin"] != "pyecho" || attrs["mtls"] != "true" {
+			t.Fatalf("plugin log record = %s %q %v; want INFO with plugin=pyecho and mtls=true", r.Level, r.Message, attrs)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the plugin's stderr log line did not reach the logger within 10s")
+	}
 }
+
+// recordWatch is a slog.Handler that hands over the first record with
+// message want (with the attributes added by With).
+type recordWatch struct {
+	want  string
+	seen  chan slog.Record
+	attrs []slog.Attr
+}
+
+func (h *recordWatch) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h *recordWatch) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == h.want {
+		r = r.Clone()
+		r.AddAttrs(h.attrs...)
+		select {
+		case h.seen <- r:
+		default:
+		}
+	}
+	return nil
+}
+
+func (h *recordWatch) WithAttrs(as []slog.Attr) slog.Handler {
+	c := *h
+	c.attrs = append(slices.Clone(h.attrs), as...)
+	return &c
+}
+
+func (h *recordWatch) WithGroup(string) slog.Handler { return h }
