@@ -57,10 +57,14 @@ func (a *hclogAdapter) Log(level hclog.Level, msg string, args ...any) {
 	attrs := make([]any, 0, len(a.args)+len(args))
 	attrs = append(attrs, a.args...)
 	for i := 0; i+1 < len(args); i += 2 {
-		if k, ok := args[i].(string); ok && k == "timestamp" {
+		key := args[i]
+		switch key {
+		case "timestamp":
 			continue // the runtime's log has its own time
+		case "plugin":
+			key = "command" // go-plugin's name for the executable; ours is the flow's name
 		}
-		attrs = append(attrs, args[i], args[i+1])
+		attrs = append(attrs, key, args[i+1])
 	}
 	a.log.Log(ctx, lvl, msg, attrs...)
 }
