@@ -454,8 +454,12 @@ func (p *Plugin) spawnProcess(ctx context.Context) (*instance, error) {
 		return fail(fmt.Errorf("plugin %q: %w", cfg.Name, err))
 	}
 	run := r.Load()
-	inst, err := openInstance(ctx, cfg.Name, raw.(*grpc.ClientConn), run.Pid(), run.exited,
+	// A plugin that handshakes but then does not answer must not stall a
+	// start or a restart forever.
+	openCtx, cancelOpen := context.WithTimeout(ctx, cfg.StartTimeout)
+	inst, err := openInstance(openCtx, cfg.Name, raw.(*grpc.ClientConn), run.Pid(), run.exited,
 		run.exitStatus, release)
+	cancelOpen()
 	if err != nil {
 		return fail(fmt.Errorf("plugin %q (%s): %w", cfg.Name, cfg.Command, err))
 	}

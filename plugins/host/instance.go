@@ -241,8 +241,9 @@ func (i *instance) recvLoop() {
 func (i *instance) send(o outgoing) error {
 	i.smu.Lock()
 	if i.sendErr != nil {
+		err := i.sendErr
 		i.smu.Unlock()
-		return i.err
+		return err
 	}
 	i.squeue = append(i.squeue, o)
 	if i.sending {
@@ -264,7 +265,7 @@ func (i *instance) send(o outgoing) error {
 		i.smu.Lock()
 		i.sspare = queue[:0]
 		if err != nil {
-			i.sendErr = err
+			i.sendErr = fmt.Errorf("%w (connection lost: %v)", ErrCrashed, err)
 			i.squeue = nil
 		}
 	}
@@ -272,8 +273,8 @@ func (i *instance) send(o outgoing) error {
 	err := i.sendErr
 	i.smu.Unlock()
 	if err != nil {
-		i.fail(fmt.Errorf("%w (connection lost: %v)", ErrCrashed, err))
-		return i.err
+		i.fail(err)
+		return err
 	}
 	return nil
 }
