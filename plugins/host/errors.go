@@ -15,6 +15,7 @@ type CallError struct {
 	Msg     string
 }
 
+// Error says which plugin and handler failed, how, and the plugin's message.
 func (e *CallError) Error() string {
 	kind := "retryable"
 	if e.Fatal {
@@ -57,6 +58,7 @@ type ChecksumError struct {
 	Actual   string // hex, of the file on disk
 }
 
+// Error names the plugin, both sums and the two ways to fix the mismatch.
 func (e *ChecksumError) Error() string {
 	return fmt.Sprintf("plugin %q: refusing to start %s: its sha256 is %s but the flow file declares sha256 %s; "+
 		"install the binary the flow was written for, or, if this binary is the one you trust, set sha256: %q for plugin %q in the flow file",

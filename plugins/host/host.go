@@ -283,7 +283,7 @@ func (p *Plugin) running(l limit) (*instance, error) {
 			return inst, nil
 		}
 		p.mu.Lock()
-		changed, last := p.changed, p.lastErr
+		changed := p.changed
 		p.mu.Unlock()
 		if inst := p.cur.Load(); inst != nil && inst.alive() {
 			return inst, nil
@@ -299,6 +299,9 @@ func (p *Plugin) running(l limit) (*instance, error) {
 		case <-l.expire:
 			cause = l.err
 		}
+		p.mu.Lock()
+		last := p.lastErr // the latest reason, e.g. a failed restart
+		p.mu.Unlock()
 		if last == nil {
 			return nil, fmt.Errorf("%w: %w", ErrUnavailable, cause)
 		}

@@ -384,3 +384,47 @@ func TestRestartDelay(t *testing.T) {
 		}
 	}
 }
+
+// TestRestartRefusesChangedBinary replaces the plugin's executable while it
+// runs, then crashes it: the restart is refused by the checksum, and calls
+// fail as retryable (ErrUnavailable, naming the mismatch) instead of
+// running a binary the flow did not declare.
+func TestRestartRefusesChangedBinary(t *testing.T) {
+	dir := t.TempDir()
+	bin := dir + "/testkit"
+	copyFile(t, testkitBin, bin)
+	sum, err := fileSHA256(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startTestkit(t, Config{Command: bin, SHA256: sum, Timeout: time.Second})
+	other := dir + "/other"
+	copyFile(t, noHandshakeBin, other)
+	if err := os.Rename(other, bin); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Call(t.Context(), Request{Handler: "crash"}); !errors.Is(err, ErrCrashed) {
+		t.Fatalf("Call(crash) error = %v, want ErrCrashed", err)
+	}
+	_, err = p.Call(t.Context(), Request{Handler: "echo", Payload: []byte("1")})
+	if !errors.Is(err, ErrUnavailable) || IsFatal(err) || !strings.Contains(err.Error(), "refusing to start") {
+		t.Fatalf("Call(echo) after the binary changed: error = %v; want ErrUnavailable naming the checksum refusal", err)
+	}
+	if p.Restarts() != 0 {
+		t.Fatalf("Restarts() = %d, want 0: the changed binary must not run", p.Restarts())
+	}
+	if pids := processesRunning(t, bin); len(pids) > 0 {
+		t.Fatalf("the changed binary is running: pids %v", pids)
+	}
+}
+
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
