@@ -42,10 +42,10 @@ func TestMain(m *testing.M) {
 
 // runtimeProc is `acemq-flow run` as a child process.
 type runtimeProc struct {
-	cmd  *exec.Cmd
-	mu   sync.Mutex
-	log  bytes.Buffer
-	done chan error
+	cmd   *exec.Cmd
+	mu    sync.Mutex
+	log   bytes.Buffer
+	done  chan error
 	lines chan string
 }
 
