@@ -45,7 +45,7 @@ func Serve(handlers map[string]Handler, opts ...Option) {
 		os.Exit(1)
 	}
 	plugin.Serve(&plugin.ServeConfig{
-		HandshakeConfig: Handshake(),
+		HandshakeConfig: handshake(),
 		Plugins:         plugin.PluginSet{proto.PluginName: &grpcPlugin{server: srv}},
 		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
 			// A payload is as large as the broker allows; gRPC's 4 MiB
@@ -65,9 +65,9 @@ func Serve(handlers map[string]Handler, opts ...Option) {
 	})
 }
 
-// Handshake returns the go-plugin handshake acemq-flow plugins answer,
+// handshake returns the go-plugin handshake acemq-flow plugins answer,
 // built from the constants in plugins/proto.
-func Handshake() plugin.HandshakeConfig {
+func handshake() plugin.HandshakeConfig {
 	return plugin.HandshakeConfig{
 		ProtocolVersion:  proto.ProtocolVersion,
 		MagicCookieKey:   proto.MagicCookieKey,
