@@ -207,11 +207,12 @@ type SchedulePlan struct {
 // command, args and env.
 type PluginPlan struct {
 	Name    string            `json:"name"`
-	Flow    string            `json:"flow"`
+	File    string            `json:"file"` // the flow file that declares it
 	Command string            `json:"command"`
 	Args    []string          `json:"args,omitempty"`
 	Timeout Duration          `json:"timeout"`
 	Path    string            `json:"-"`
+	Dir     string            `json:"-"`
 	Env     map[string]string `json:"-"`
 	SHA256  string            `json:"-"`
 	At      spec.Pos          `json:"-"`
@@ -250,8 +251,8 @@ func Compile(flows []*spec.Flow) (*Plan, error) {
 			c.schedule(f, s)
 		}
 		for _, p := range f.Plugins {
-			c.plan.Plugins = append(c.plan.Plugins, PluginPlan{Name: p.Name, Flow: f.File, Command: p.Command, Args: p.Args,
-				Timeout: Duration(p.Timeout), Path: p.Path, Env: p.Env, SHA256: p.SHA256, At: p.Pos})
+			c.plan.Plugins = append(c.plan.Plugins, PluginPlan{Name: p.Name, File: f.File, Command: p.Command, Args: p.Args,
+				Timeout: Duration(p.Timeout), Path: p.Path, Dir: p.Dir, Env: p.Env, SHA256: p.SHA256, At: p.Pos})
 		}
 	}
 	if len(c.diags) > 0 {
@@ -567,5 +568,5 @@ func (c *compiler) finish() {
 	slices.SortFunc(c.plan.Itineraries, func(a, b ItineraryPlan) int { return cmp.Compare(a.Name, b.Name) })
 	slices.SortFunc(c.plan.Sagas, func(a, b SagaPlan) int { return cmp.Compare(a.Name, b.Name) })
 	slices.SortFunc(c.plan.Schedules, func(a, b SchedulePlan) int { return cmp.Compare(a.Name, b.Name) })
-	slices.SortStableFunc(c.plan.Plugins, func(a, b PluginPlan) int { return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.Flow, b.Flow)) })
+	slices.SortStableFunc(c.plan.Plugins, func(a, b PluginPlan) int { return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.File, b.File)) })
 }

@@ -109,7 +109,7 @@ func (p *Plan) WriteText(w io.Writer) error {
 	if len(p.Plugins) > 0 {
 		fmt.Fprintf(&b, "\nplugins (%d)\n", len(p.Plugins))
 		for _, pl := range p.Plugins {
-			fmt.Fprintf(&b, "  %s (%s): %s, timeout %s\n", pl.Name, pl.Flow, pl.Command, pl.Timeout)
+			fmt.Fprintf(&b, "  %s (%s): %s, timeout %s\n", pl.Name, pl.File, pl.Command, pl.Timeout)
 		}
 	}
 	_, err := io.WriteString(w, b.String())

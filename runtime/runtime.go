@@ -303,7 +303,7 @@ func consumerQueues(c *Consumer) []string {
 
 func pluginKey(p PluginPlan) string {
 	var b strings.Builder
-	b.WriteString(p.Path)
+	b.WriteString(p.Path + "\x02" + p.Dir)
 	for _, a := range p.Args {
 		b.WriteString("\x00" + a)
 	}
@@ -325,7 +325,7 @@ func (r *Runtime) startPlugins(ctx context.Context, consumers []*Consumer) error
 		need[c.Plugin+"@"+c.File.File] = append(need[c.Plugin+"@"+c.File.File], c)
 	}
 	for _, p := range r.plan.Plugins {
-		cs := need[p.Name+"@"+p.Flow]
+		cs := need[p.Name+"@"+p.File]
 		if len(cs) == 0 {
 			continue
 		}
@@ -333,7 +333,7 @@ func (r *Runtime) startPlugins(ctx context.Context, consumers []*Consumer) error
 		if _, ok := r.plugins[key]; ok {
 			continue
 		}
-		started, err := host.Start(ctx, host.Config{Name: p.Name, Command: p.Path, Args: p.Args, Env: p.Env, SHA256: p.SHA256,
+		started, err := host.Start(ctx, host.Config{Name: p.Name, Command: p.Path, Dir: p.Dir, Args: p.Args, Env: p.Env, SHA256: p.SHA256,
 			Timeout: time.Duration(p.Timeout), Logger: r.log})
 		if err != nil {
 			return fmt.Errorf("plugin %q (%s): %w", p.Name, p.At, err)
@@ -361,7 +361,7 @@ func (r *Runtime) callerFor(c *Consumer) (func(ctx context.Context, req Request)
 	}
 	var plan PluginPlan
 	for _, p := range r.plan.Plugins {
-		if p.Name == c.Plugin && p.Flow == c.File.File {
+		if p.Name == c.Plugin && p.File == c.File.File {
 			plan = p
 		}
 	}

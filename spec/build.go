@@ -197,7 +197,7 @@ func (b *builder) retry(n *node, base Retry, at Pos) Retry {
 }
 
 func (b *builder) plugin(name string, n *node, at Pos, dir string) *Plugin {
-	p := &Plugin{Pos: at, Name: name, Timeout: DefaultTimeout}
+	p := &Plugin{Pos: at, Name: name, Timeout: DefaultTimeout, Dir: filepath.Join(b.root, filepath.FromSlash(dir))}
 	p.Command, _ = b.str(n, "command")
 	if p.Command != "" {
 		if filepath.IsAbs(p.Command) {

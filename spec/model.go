@@ -102,6 +102,7 @@ type Plugin struct {
 	Name    string            `yaml:"-"`
 	Command string            `yaml:"command"` // as written
 	Path    string            `yaml:"-"`       // Command resolved against the flow file's folder
+	Dir     string            `yaml:"-"`       // the flow file's folder, as an OS path: the process's working directory
 	Args    []string          `yaml:"args"`
 	Env     map[string]string `yaml:"env"`
 	SHA256  string            `yaml:"sha256"`

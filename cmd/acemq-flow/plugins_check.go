@@ -2,13 +2,80 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"time"
 
+	"github.com/acemq/acemq-flow/plugins/host"
 	"github.com/acemq/acemq-flow/runtime"
 	"github.com/acemq/acemq-flow/spec"
 )
 
-// checkPlugins starts every plugin the plan names and checks that each
-// handler the flows use exists there.
+// checkPlugins starts every plugin the plan names, asks each which handlers
+// it serves, and reports every handler the flows use that is missing or
+// whose declared types disagree with the flow's.
 func checkPlugins(ctx context.Context, io streams, plan *runtime.Plan) spec.Diagnostics {
-	return nil
+	var ds spec.Diagnostics
+	type served struct {
+		handlers map[string]host.HandlerInfo
+		err      error
+	}
+	byFlowPlugin := map[string]*served{}
+	for _, p := range plan.Plugins {
+		s := &served{handlers: map[string]host.HandlerInfo{}}
+		byFlowPlugin[p.File+"\x00"+p.Name] = s
+		started, err := host.Start(ctx, host.Config{Name: p.Name, Command: p.Path, Dir: p.Dir, Args: p.Args, Env: p.Env, SHA256: p.SHA256,
+			Timeout: time.Duration(p.Timeout), Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			s.err = err
+			ds = append(ds, spec.Diagnostic{Pos: p.At, Severity: spec.Error, Code: "plugin-start",
+				Msg: fmt.Sprintf("plugin %q does not start: %v", p.Name, err), Hint: "build it (make build) or fix its command"})
+			continue
+		}
+		for _, h := range started.Handlers() {
+			s.handlers[h.Name] = h
+		}
+		_ = started.Close()
+	}
+	check := func(at spec.Pos, flowFile, ref, input, output, what string) {
+		plugin, handler, _ := strings.Cut(ref, ".")
+		s := byFlowPlugin[flowFile+"\x00"+plugin]
+		if s == nil || s.err != nil {
+			return
+		}
+		h, ok := s.handlers[handler]
+		if !ok {
+			ds = append(ds, spec.Diagnostic{Pos: at, Severity: spec.Error, Code: "missing-handler",
+				Msg:  fmt.Sprintf("%s uses handler %q, but plugin %q serves no handler %q", what, ref, plugin, handler),
+				Hint: "it serves " + strings.Join(slices.Sorted(maps.Keys(s.handlers)), ", ")})
+			return
+		}
+		if h.InputType != "" && input != "" && h.InputType != input {
+			ds = append(ds, spec.Diagnostic{Pos: at, Severity: spec.Error, Code: "handler-type",
+				Msg:  fmt.Sprintf("%s takes %s, but handler %q declares input %s", what, input, ref, h.InputType),
+				Hint: "make the flow's type and the handler's agree"})
+		}
+		if h.OutputType != "" && output != "" && h.OutputType != output {
+			ds = append(ds, spec.Diagnostic{Pos: at, Severity: spec.Error, Code: "handler-type",
+				Msg:  fmt.Sprintf("%s outputs %s, but handler %q declares output %s", what, output, ref, h.OutputType),
+				Hint: "make the flow's type and the handler's agree"})
+		}
+	}
+	for _, c := range plan.Consumers {
+		check(c.At, c.File.File, c.Handler, c.Input, c.Output, fmt.Sprintf("consumer %q", c.ID))
+	}
+	for _, s := range plan.Sagas {
+		for _, st := range s.Steps {
+			file := s.At.File
+			check(s.At, file, st.Handler, "", "", fmt.Sprintf("saga %q step %q", s.Name, st.Name))
+			if st.Compensate != "" {
+				check(s.At, file, st.Compensate, "", "", fmt.Sprintf("saga %q step %q compensation", s.Name, st.Name))
+			}
+		}
+	}
+	ds.Sort()
+	return ds
 }
