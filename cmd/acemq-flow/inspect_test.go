@@ -1,0 +1,101 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/acemq/acemq-flow/runtime"
+)
+
+func TestInspectCommandUsageErrors(t *testing.T) {
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no queue", []string{"inspect"}, "name one queue"},
+		{"two queues", []string{"inspect", "a", "b"}, "name one queue"},
+		{"a negative limit", []string{"inspect", "a", "--limit", "-2"}, "--limit"},
+		{"an unknown format", []string{"inspect", "a", "--format", "yaml"}, "--format must be text or json"},
+		{"a limit that is not a number", []string{"inspect", "a", "--limit", "ten"}, "invalid argument"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			out, errOut, code := cli(t, tc.args...)
+			if code != 2 || !strings.Contains(errOut, tc.want) || out != "" {
+				t.Errorf("acemq-flow %s: exit %d, stdout %q, stderr %q; want exit 2 and %q on stderr",
+					strings.Join(tc.args, " "), code, out, errOut, tc.want)
+			}
+		})
+	}
+}
+
+func TestInspectCommandShowsMessagesAndKeepsThem(t *testing.T) {
+	e := newDLQEnv(t)
+	dlq := e.queue("orders.charge.dlq")
+	e.put(dlq, "m-1", amqp.Table{
+		runtime.HeaderAttempt: int64(5), runtime.HeaderErrorKind: "exhausted", runtime.HeaderError: "card declined",
+		runtime.HeaderRoute: "validate,reserve,dispatch", runtime.HeaderRoutePosition: int64(1),
+	}, `{"order":1}`)
+	e.put(dlq, "m-2", amqp.Table{runtime.HeaderSlip: `{"steps":[{"exchange":"x","routingKey":"ship","name":"ship"}],` +
+		`"done":[{"exchange":"x","routingKey":"charge","name":"charge","completedAt":"2026-09-09T14:03:12Z"}]}`}, `{}`)
+
+	out, errOut, code := cli(t, "inspect", dlq, "--limit", "1", "--amqp", e.url)
+	if code != 0 {
+		t.Fatalf("inspect: exit %d, stderr %s", code, errOut)
+	}
+	for _, want := range []string{
+		"queue " + dlq + ": 2 message(s), showing the first 1",
+		"1. message m-1",
+		"attempt 5, replays 0",
+		"error (exhausted): card declined",
+		"route validate,[reserve],dispatch",
+		`payload (11 bytes): {"order":1}`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("inspect stdout lacks %q:\n%s", want, out)
+		}
+	}
+	e.waitDepth(dlq, 2)
+
+	out, errOut, code = cli(t, "inspect", dlq, "--format", "json", "--amqp", e.url)
+	if code != 0 {
+		t.Fatalf("inspect --format json: exit %d, stderr %s", code, errOut)
+	}
+	var view runtime.QueueView
+	if err := json.Unmarshal([]byte(out), &view); err != nil {
+		t.Fatalf("inspect --format json printed no JSON document (%v):\n%s", err, out)
+	}
+	if view.Depth != 2 || len(view.Messages) != 2 || view.Messages[1].SlipText != "charge ✓ 14:03:12 → [ship]" {
+		t.Errorf("inspect --format json = %+v", view)
+	}
+	e.waitDepth(dlq, 2)
+
+	_, errOut, code = cli(t, "inspect", e.ns+".absent", "--amqp", e.url)
+	if code != 1 || !strings.Contains(errOut, "does not exist") {
+		t.Errorf("inspect of a missing queue: exit %d, stderr %q; want exit 1 saying it does not exist", code, errOut)
+	}
+}
+
+func TestInspectTextEscapesHeaders(t *testing.T) {
+	var b bytes.Buffer
+	renderInspectText(&b, runtime.QueueView{Queue: "q.dlq", Depth: 1, Messages: []runtime.MessageView{{
+		MessageID: "m-1", Attempt: 2, Error: "bad\x1b[31m red", DeathReason: "rejected",
+		FailedQueue: "q", FailedAt: "2026-09-09T14:03:15Z", Size: 300, Preview: "abc", Truncated: true,
+	}}})
+	want := `queue q.dlq: 1 message(s)
+
+1. message m-1
+   attempt 2, replays 0
+   error (): bad\u001b[31m red
+   failed in q at 2026-09-09T14:03:15Z
+   payload (300 bytes): abc …
+`
+	if b.String() != want {
+		t.Errorf("renderInspectText =\n%s\nwant\n%s", b.String(), want)
+	}
+}
