@@ -36,9 +36,13 @@ test: services build
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime 5m ./spec
 
+# The main job: the example flows with their example plugins against the
+# local RabbitMQ, until Ctrl-C (which drains). Send an order from another
+# terminal: see README.md.
+RUN_FLOWS ?= examples/flows/fulfilment.yaml
 run: services build
 	$(BIN)/acemq-flow validate $(FLOWS)
-	$(BIN)/acemq-flow plan $(FLOWS)
+	$(BIN)/acemq-flow run $(RUN_FLOWS)
 
 bench: services build
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 ./test/bench/...
