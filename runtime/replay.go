@@ -38,7 +38,9 @@ type ReplayOptions struct {
 	// `<queue>.parked` instead of back. 0 or less means DefaultMaxReplays.
 	MaxReplays int
 	// DryRun reads the messages, reports in Summary.Actions what would
-	// happen to each, and puts them all back, in their order.
+	// happen to each, and puts them all back, in their order. It holds every
+	// message it reads until the end; Limit bounds that. On a quorum queue
+	// each message read counts one delivery (see Inspect).
 	DryRun bool
 	// Progress, when set, is called after each message with how many are
 	// handled and how many Replay means to handle, from the calling goroutine.
@@ -234,7 +236,7 @@ func (r *replayer) one(ctx context.Context, d *broker.Delivery) bool {
 		return r.leave(d, act, fmt.Errorf("message %q in queue %q has no %s header and the queue name does not end in %q or %q; name the queue to replay it to",
 			id, r.opts.From, HeaderFailedQueue, DeadLetterQueue(""), ParkedQueue("")), "no queue to replay it to")
 	case env.Replays+1 > r.opts.MaxReplays && isParked(r.opts.From, failedQueue):
-		act.Left = fmt.Sprintf("replayed %d time(s), the limit is %d; raise the limit to replay it again", env.Replays, r.opts.MaxReplays)
+		act.Left = fmt.Sprintf("replayed %d time(s), the limit is %d; raise --max-replays to replay it again", env.Replays, r.opts.MaxReplays)
 		return r.leave(d, act, nil, "")
 	case env.Replays+1 > r.opts.MaxReplays:
 		act.Queue, act.Parked = ParkedQueue(failedQueue), true

@@ -312,3 +312,23 @@ func TestReplayStopsAtTheLimitAndCountsTheDepthFirst(t *testing.T) {
 		t.Errorf("Replay(absent queue) = %v, want an error saying it does not exist", err)
 	}
 }
+
+func TestReplayLeavesAMessageWithNoQueueToGoBackTo(t *testing.T) {
+	q := newQueues(t)
+	target := q.queue("orders.charge")
+	holding := q.queue("holding") // not a .dlq: only the header says where a message goes
+	q.put(holding, "lost", amqp.Table{HeaderAttempt: int64(5)}, `{}`)
+	q.put(holding, "known", failedHeaders(target, 5), `{}`)
+
+	sum, err := Replay(t.Context(), q.url, ReplayOptions{From: holding})
+	if err == nil || !strings.Contains(err.Error(), `message "lost" in queue "`+holding+`" has no `+HeaderFailedQueue+` header`) {
+		t.Errorf("Replay(%s) error = %v, want one naming message lost and the missing header", holding, err)
+	}
+	if sum.Moved != 1 || sum.Skipped != 1 || sum.Left != 1 {
+		t.Errorf("Replay(%s) summary = %+v, want 1 moved and 1 left", holding, sum)
+	}
+	q.waitDepth(holding, 1)
+	if got := ids(q.drain(target)); !slices.Equal(got, []string{"known"}) {
+		t.Errorf("target holds %v, want [known]", got)
+	}
+}

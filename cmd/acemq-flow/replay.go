@@ -117,6 +117,8 @@ func (p *progress) finish(sum runtime.ReplaySummary) {
 func renderReplay(w io.Writer, sum runtime.ReplaySummary, opts runtime.ReplayOptions) {
 	for _, a := range sum.Actions {
 		switch {
+		case a.Left != "" && opts.DryRun:
+			fmt.Fprintf(w, "would leave message %q in %q: %s\n", a.MessageID, sum.From, a.Left)
 		case a.Left != "":
 			fmt.Fprintf(w, "left message %q in %q: %s\n", a.MessageID, sum.From, a.Left)
 		case a.Parked:
