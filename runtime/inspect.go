@@ -51,10 +51,11 @@ type MessageView struct {
 	// DeathReason is the broker's reason (rejected, expired, maxlen,
 	// delivery_limit) for a message the broker dead-lettered.
 	DeathReason string `json:"death_reason,omitempty"`
-	// Route and RoutePosition are the declared route; RouteText writes it
-	// as "validate,[reserve],dispatch", the current step in brackets.
+	// Route and RoutePosition are the declared route, and the 0-based
+	// index of the step the message is addressed to (nil without a route);
+	// RouteText writes them as "validate,[reserve],dispatch".
 	Route         []string `json:"route,omitempty"`
-	RoutePosition int      `json:"route_position,omitempty"`
+	RoutePosition *int     `json:"route_position,omitempty"`
 	RouteText     string   `json:"route_text,omitempty"`
 	// Slip is the carried itinerary as it travels; SlipText writes it as
 	// "validate ✓ 14:03:11 → [charge] → ship" (times UTC). SlipError says
@@ -153,7 +154,8 @@ func viewMessage(d amqp.Delivery) MessageView {
 		}
 	}
 	if env.Route != nil {
-		v.Route, v.RoutePosition = env.Route, env.RoutePosition
+		pos := env.RoutePosition
+		v.Route, v.RoutePosition = env.Route, &pos
 		v.RouteText = routeText(env.Route, env.RoutePosition)
 	}
 	switch {

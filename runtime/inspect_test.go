@@ -39,8 +39,8 @@ func TestInspectShowsMessagesAndLeavesTheQueueAsItWas(t *testing.T) {
 		r.FailedAt != "2026-09-09T14:03:15Z" {
 		t.Errorf("Inspect: first message = %+v", r)
 	}
-	if r.RouteText != "validate,[reserve],dispatch" {
-		t.Errorf("Inspect: route = %q, want validate,[reserve],dispatch", r.RouteText)
+	if r.RouteText != "validate,[reserve],dispatch" || r.RoutePosition == nil || *r.RoutePosition != 1 {
+		t.Errorf("Inspect: route = %q at %v, want validate,[reserve],dispatch at 1", r.RouteText, r.RoutePosition)
 	}
 	if r.Preview != `{"order":1}` || r.Size != 11 || r.Truncated {
 		t.Errorf("Inspect: preview %q (size %d, truncated %v), want the whole payload", r.Preview, r.Size, r.Truncated)

@@ -68,7 +68,7 @@ Environment: ACEMQ_AMQP_URL (--amqp).`,
 // sequences to the terminal.
 func renderInspectText(w io.Writer, v runtime.QueueView) {
 	fmt.Fprintf(w, "queue %s: %d message(s)", v.Queue, v.Depth)
-	if len(v.Messages) < v.Depth {
+	if len(v.Messages) > 0 && len(v.Messages) < v.Depth {
 		fmt.Fprintf(w, ", showing the first %d", len(v.Messages))
 	}
 	fmt.Fprintln(w)
