@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"slices"
@@ -37,6 +36,7 @@ type Request struct {
 type Options struct {
 	AMQPURL      string        // required
 	AdminAddr    string        // "" disables the admin listener
+	AdminToken   string        // bearer token for calls that change something; required beyond loopback
 	DrainTimeout time.Duration // default 30s
 	Log          *slog.Logger  // nil discards
 	// Handlers are in-process handlers by "<plugin>.<handler>". A plugin all
@@ -58,14 +58,22 @@ type Runtime struct {
 
 	routes  map[string][]string // pipeline → route
 	ready   atomic.Bool
+	started chan struct{} // closed once the consumers run
 	consume *broker.Conn
 	publish *broker.Conn
 	pub     *broker.Publisher
 	topo    *broker.Topology
 
-	mu      sync.Mutex
-	groups  map[string]*group
-	plugins map[string]stepCaller // by plugin key
+	runCtx  context.Context // the context consumers run under; set by Run
+	wg      sync.WaitGroup  // every consumer goroutine
+	metrics *metrics
+	paused  []string // groups stopped by Pause, started again by Resume
+	pauseMu sync.Mutex
+
+	groups   map[string]*group     // by consumer id; fixed once Run has started them
+	order    []string              // consumer ids, sorted
+	plugins  map[string]stepCaller // by plugin key
+	pluginMu sync.Mutex
 }
 
 // stepCaller is what a group needs of a plugin.
@@ -110,7 +118,11 @@ func New(plan *Plan, opts Options) (*Runtime, error) {
 	if len(unsupported) > 0 {
 		return nil, fmt.Errorf("%w; remove these or run them elsewhere:\n  %s", ErrUnsupported, strings.Join(unsupported, "\n  "))
 	}
-	r := &Runtime{plan: plan, opts: opts, log: opts.Log, routes: map[string][]string{}, groups: map[string]*group{}, plugins: map[string]stepCaller{}}
+	if err := checkAdminExposure(opts); err != nil {
+		return nil, err
+	}
+	r := &Runtime{plan: plan, opts: opts, log: opts.Log, routes: map[string][]string{}, groups: map[string]*group{},
+		plugins: map[string]stepCaller{}, metrics: newMetrics(), started: make(chan struct{})}
 	for _, p := range plan.Pipelines {
 		r.routes[p.Name] = p.Route
 	}
@@ -124,23 +136,29 @@ func (r *Runtime) Ready() bool {
 		r.publish != nil && r.publish.State() == broker.StateConnected
 }
 
+// Started is closed once Run has applied the topology and started the
+// consumers; it stays open when Run fails first.
+func (r *Runtime) Started() <-chan struct{} { return r.started }
+
 // Run connects, applies the topology, starts plugins and consumers, and
 // blocks until ctx is done; then it drains every consumer (up to the drain
 // timeout), stops the plugins and closes the connections. It returns nil
 // after a clean shutdown.
 func (r *Runtime) Run(ctx context.Context) (err error) {
-	var admin *http.Server
+	r.runCtx = ctx
 	if r.opts.AdminAddr != "" {
 		ln, err := net.Listen("tcp", r.opts.AdminAddr)
 		if err != nil {
 			return fmt.Errorf("admin listener on %s: %w", r.opts.AdminAddr, err)
 		}
-		admin = &http.Server{Handler: r.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
-		go func() { _ = admin.Serve(ln) }()
+		admin := &http.Server{Handler: r.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
+		var served sync.WaitGroup
+		served.Go(func() { _ = admin.Serve(ln) })
 		defer func() {
 			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 			defer cancel()
 			_ = admin.Shutdown(sctx)
+			served.Wait()
 		}()
 		r.log.Info("admin listening", "addr", ln.Addr().String())
 	}
@@ -151,6 +169,7 @@ func (r *Runtime) Run(ctx context.Context) (err error) {
 	if r.publish, err = broker.Open(ctx, r.opts.AMQPURL, broker.ConnOptions{Name: r.opts.Name + " publish", Log: r.log}); err != nil {
 		return fmt.Errorf("connect to the broker: %w", err)
 	}
+	r.metrics.watch(r)
 	r.topo = broker.NewTopology(r.publish, r.log)
 	startable, err := r.applyTopology(ctx)
 	if err != nil {
@@ -165,20 +184,28 @@ func (r *Runtime) Run(ctx context.Context) (err error) {
 	for _, p := range r.plan.Pipelines {
 		r.log.Info(p.Declaration, "pipeline", p.Name)
 	}
-	var wg sync.WaitGroup
+	for i := range r.plan.Consumers {
+		c := &r.plan.Consumers[i]
+		r.groups[c.ID] = r.newGroup(c)
+		r.order = append(r.order, c.ID)
+	}
 	for _, c := range startable {
-		g := r.newGroup(c)
-		r.mu.Lock()
-		r.groups[c.ID] = g
-		r.mu.Unlock()
-		wg.Go(func() { g.run(ctx) })
+		g := r.groups[c.ID]
+		g.prepared = true
+		if err := g.start(ctx); err != nil {
+			return err
+		}
 	}
 	r.ready.Store(true)
+	close(r.started)
 	r.log.Info("runtime started", "consumers", len(startable))
 	<-ctx.Done()
 	r.ready.Store(false)
 	r.log.Info("draining", "timeout", r.opts.DrainTimeout)
-	wg.Wait()
+	for _, id := range r.order {
+		r.groups[id].shutdown()
+	}
+	r.wg.Wait()
 	r.log.Info("drained")
 	return nil
 }
@@ -190,11 +217,13 @@ func (r *Runtime) closeAll() {
 	if r.topo != nil {
 		_ = r.topo.Close()
 	}
+	r.pluginMu.Lock()
 	for _, p := range r.plugins {
 		if c, ok := p.(interface{ Close() error }); ok {
 			_ = c.Close()
 		}
 	}
+	r.pluginMu.Unlock()
 	if r.consume != nil {
 		_ = r.consume.Close()
 	}
@@ -218,7 +247,16 @@ func (r *Runtime) applyTopology(ctx context.Context) ([]*Consumer, error) {
 		}
 		exchanges = append(exchanges, broker.Exchange{Name: e.Name, Kind: e.Type, Durable: true})
 	}
+	later := map[string]bool{} // consumers declared and checked when started
+	for _, c := range r.plan.Consumers {
+		if !c.AutoStartup {
+			later[c.ID] = true
+		}
+	}
 	for _, q := range r.plan.Queues {
+		if later[q.Owner] && !(q.Purpose == "declared" && r.topologyQueue(q.Name)) {
+			continue
+		}
 		if q.Mode != Declare || q.Apply == spec.ApplyDryRun || (q.Apply == spec.ApplyValidate && q.Purpose == "declared") {
 			if q.Mode == Declare && q.Apply == spec.ApplyValidate {
 				check = append(check, q.Name)
@@ -230,6 +268,9 @@ func (r *Runtime) applyTopology(ctx context.Context) ([]*Consumer, error) {
 	}
 	var bindings []broker.Binding
 	for _, b := range r.plan.Bindings {
+		if later[b.Owner] {
+			continue
+		}
 		bindings = append(bindings, broker.Binding{Exchange: b.Exchange, Queue: b.Queue, RoutingKey: b.RoutingKey})
 	}
 	// Exchanges first: a queue declaration cannot fail because of them.
@@ -250,7 +291,7 @@ func (r *Runtime) applyTopology(ctx context.Context) ([]*Consumer, error) {
 	for i := range r.plan.Consumers {
 		c := &r.plan.Consumers[i]
 		if !c.AutoStartup {
-			continue
+			continue // checked and declared when started by id
 		}
 		for _, q := range consumerQueues(c) {
 			if declared[q] {
@@ -289,6 +330,63 @@ func (r *Runtime) applyTopology(ctx context.Context) ([]*Consumer, error) {
 	return startable, nil
 }
 
+// topologyQueue reports whether a flow declares the queue under
+// topology.queues (taken as provided for, whoever consumes it).
+func (r *Runtime) topologyQueue(name string) bool {
+	for _, q := range r.plan.Queues {
+		if q.Name == name && q.Purpose == "declared" && q.Owner == "" {
+			return true
+		}
+	}
+	return false
+}
+
+// prepare declares and checks what one consumer needs, for a consumer
+// started by id (auto_startup: false, or one left stopped because its
+// queue was missing). It refuses while a queue is missing.
+func (r *Runtime) prepare(ctx context.Context, c *Consumer) error {
+	var queues []broker.Queue
+	declared := map[string]bool{}
+	for _, q := range r.plan.Queues {
+		if q.Owner != c.ID || q.Mode != Declare || q.Apply == spec.ApplyDryRun {
+			continue
+		}
+		if q.Apply == spec.ApplyValidate && q.Purpose == "declared" {
+			continue
+		}
+		declared[q.Name] = true
+		queues = append(queues, broker.Queue{Name: q.Name, Durable: true, Args: q.Arguments})
+	}
+	if err := r.topo.Declare(ctx, nil, queues, nil); err != nil {
+		return fmt.Errorf("consumer %q: %w", c.ID, err)
+	}
+	var missing []string
+	for _, q := range consumerQueues(c) {
+		if declared[q] {
+			continue
+		}
+		if err := r.topo.CheckQueues(ctx, q); err != nil {
+			if !errors.Is(err, broker.ErrNotFound) {
+				return fmt.Errorf("consumer %q: check queue %q: %w", c.ID, q, err)
+			}
+			missing = append(missing, q)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("consumer %q (%s) consumes queue %q, which does not exist; declare it, create it on the broker, then start the consumer again", c.ID, c.At, missing[0])
+	}
+	var bindings []broker.Binding
+	for _, b := range r.plan.Bindings {
+		if b.Owner == c.ID {
+			bindings = append(bindings, broker.Binding{Exchange: b.Exchange, Queue: b.Queue, RoutingKey: b.RoutingKey})
+		}
+	}
+	if err := r.topo.Declare(ctx, nil, nil, bindings); err != nil {
+		return fmt.Errorf("consumer %q: %w", c.ID, err)
+	}
+	return nil
+}
+
 // consumerQueues are the queues a consumer needs: its own, its rungs, .dlq
 // and .parked.
 func consumerQueues(c *Consumer) []string {
@@ -313,61 +411,90 @@ func pluginKey(p PluginPlan) string {
 	return b.String()
 }
 
-// startPlugins starts one process per distinct plugin (command, args, env)
-// that a startable consumer needs and no in-process handler replaces, and
-// checks that the handlers the flows name exist.
+// startPlugins starts the plugins the startable consumers need.
 func (r *Runtime) startPlugins(ctx context.Context, consumers []*Consumer) error {
-	need := map[string][]*Consumer{} // plugin name@flow → consumers
 	for _, c := range consumers {
-		if _, ok := r.opts.Handlers[c.Handler]; ok {
-			continue
+		if err := r.ensurePlugin(ctx, c); err != nil {
+			return err
 		}
-		need[c.Plugin+"@"+c.File.File] = append(need[c.Plugin+"@"+c.File.File], c)
 	}
+	return nil
+}
+
+func (r *Runtime) pluginOf(c *Consumer) PluginPlan {
 	for _, p := range r.plan.Plugins {
-		cs := need[p.Name+"@"+p.File]
-		if len(cs) == 0 {
-			continue
+		if p.Name == c.Plugin && p.File == c.File.File {
+			return p
 		}
-		key := pluginKey(p)
-		if _, ok := r.plugins[key]; ok {
-			continue
-		}
+	}
+	return PluginPlan{}
+}
+
+// ensurePlugin starts the plugin a consumer needs, one process per distinct
+// command, args, env and folder, unless an in-process handler replaces it,
+// and checks that the handler exists there.
+func (r *Runtime) ensurePlugin(ctx context.Context, c *Consumer) error {
+	if _, ok := r.opts.Handlers[c.Handler]; ok {
+		return nil
+	}
+	p := r.pluginOf(c)
+	key := pluginKey(p)
+	r.pluginMu.Lock()
+	defer r.pluginMu.Unlock()
+	caller, ok := r.plugins[key]
+	if !ok {
 		started, err := host.Start(ctx, host.Config{Name: p.Name, Command: p.Path, Dir: p.Dir, Args: p.Args, Env: p.Env, SHA256: p.SHA256,
 			Timeout: time.Duration(p.Timeout), Logger: r.log})
 		if err != nil {
 			return fmt.Errorf("plugin %q (%s): %w", p.Name, p.At, err)
 		}
 		r.plugins[key] = started
-		have := map[string]bool{}
-		for _, h := range started.Handlers() {
-			have[h.Name] = true
-		}
-		for _, c := range cs {
-			_, handler, _ := strings.Cut(c.Handler, ".")
-			if !have[handler] {
-				return fmt.Errorf("%s: consumer %q uses handler %q, but plugin %q serves no handler %q; serves: %s",
-					c.At, c.ID, c.Handler, p.Name, handler, strings.Join(slices.Sorted(maps.Keys(have)), ", "))
+		caller = started
+	}
+	if hp, ok := caller.(*host.Plugin); ok {
+		_, handler, _ := strings.Cut(c.Handler, ".")
+		var names []string
+		for _, h := range hp.Handlers() {
+			if h.Name == handler {
+				return nil
 			}
+			names = append(names, h.Name)
 		}
+		slices.Sort(names)
+		return fmt.Errorf("%s: consumer %q uses handler %q, but plugin %q serves no handler %q; it serves %s",
+			c.At, c.ID, c.Handler, p.Name, handler, strings.Join(names, ", "))
 	}
 	return nil
 }
 
-// callerFor returns how a consumer calls its handler.
+// pluginRestarts reports each running plugin's restarts, by name.
+func (r *Runtime) pluginRestarts() map[string]int64 {
+	r.pluginMu.Lock()
+	defer r.pluginMu.Unlock()
+	out := map[string]int64{}
+	for _, p := range r.plan.Plugins {
+		if c, ok := r.plugins[pluginKey(p)].(*host.Plugin); ok {
+			out[p.Name] += c.Restarts()
+		}
+	}
+	return out
+}
+
+// callerFor returns how a consumer calls its handler, and the call's timeout.
 func (r *Runtime) callerFor(c *Consumer) (func(ctx context.Context, req Request) (Result, error), time.Duration) {
 	if h, ok := r.opts.Handlers[c.Handler]; ok {
 		return h, 0
 	}
-	var plan PluginPlan
-	for _, p := range r.plan.Plugins {
-		if p.Name == c.Plugin && p.File == c.File.File {
-			plan = p
-		}
-	}
-	caller := r.plugins[pluginKey(plan)]
+	p := r.pluginOf(c)
+	key := pluginKey(p)
 	_, handler, _ := strings.Cut(c.Handler, ".")
 	return func(ctx context.Context, req Request) (Result, error) {
+		r.pluginMu.Lock()
+		caller := r.plugins[key]
+		r.pluginMu.Unlock()
+		if caller == nil {
+			return Result{}, fmt.Errorf("plugin %q is not running", p.Name)
+		}
 		res, err := caller.Call(ctx, host.Request{Handler: handler, Payload: req.Payload, Envelope: hostEnvelope(req.Envelope)})
 		if err != nil {
 			if host.IsFatal(err) {
@@ -376,7 +503,7 @@ func (r *Runtime) callerFor(c *Consumer) (func(ctx context.Context, req Request)
 			return Result{}, err
 		}
 		return Result{Stop: res.Stop, Payload: res.Payload}, nil
-	}, time.Duration(plan.Timeout)
+	}, time.Duration(p.Timeout)
 }
 
 func hostEnvelope(e Envelope) host.Envelope {
@@ -389,157 +516,4 @@ func hostEnvelope(e Envelope) host.Envelope {
 	}
 	return host.Envelope{MessageID: e.MessageID, Type: e.Type, CorrelationID: runID(e), CausationID: e.CausationID,
 		Origin: e.Origin, Attempt: e.Attempt, FirstSeen: e.FirstSeen, Headers: h}
-}
-
-func (r *Runtime) adminHandler() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		fmt.Fprintln(w, "ok")
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !r.Ready() {
-			http.Error(w, "not ready", http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ready")
-	})
-	return mux
-}
-
-// group is one consumer group: a queue, a handler and counters.
-type group struct {
-	r      *Runtime
-	c      *Consumer
-	log    *slog.Logger
-	bc     *broker.Consumer
-	call   func(ctx context.Context, req Request) (Result, error)
-	tmo    time.Duration
-	counts map[string]*atomic.Int64
-	bg     sync.WaitGroup // follow-up work started from confirm callbacks
-}
-
-func (r *Runtime) newGroup(c *Consumer) *group {
-	call, tmo := r.callerFor(c)
-	g := &group{r: r, c: c, call: call, tmo: tmo,
-		log:    r.log.With("flow", c.Flow, "consumer", c.ID, "queue", c.Queue),
-		counts: map[string]*atomic.Int64{}}
-	for _, o := range []string{OutcomeAcknowledged, OutcomeStopped, OutcomeRetried, OutcomeDeadLettered, OutcomeDuplicate, OutcomeInProgress, "rejected"} {
-		g.counts[o] = &atomic.Int64{}
-	}
-	g.bc = broker.NewConsumer(r.consume, broker.ConsumerOptions{Queue: c.Queue, Tag: c.ID, Prefetch: c.Prefetch,
-		Concurrency: c.Concurrency, DrainTimeout: r.opts.DrainTimeout, Log: g.log})
-	return g
-}
-
-func (g *group) run(ctx context.Context) {
-	g.log.Info("consumer started", "prefetch", g.c.Prefetch, "concurrency", g.c.Concurrency)
-	err := g.bc.Run(ctx, g.handle)
-	g.bg.Wait()
-	var de *broker.DrainError
-	switch {
-	case errors.As(err, &de):
-		g.log.Warn(fmt.Sprintf("consumer %s still had %d message(s) in flight after %s; they will be redelivered", g.c.ID, de.Left, de.After))
-	case err != nil:
-		g.log.Error("consumer stopped", "error", err)
-	default:
-		g.log.Info("consumer drained")
-	}
-}
-
-// handle runs one delivery: check, call, decide, then publish what the
-// decision says and acknowledge only once every publish is confirmed.
-func (g *group) handle(ctx context.Context, d *broker.Delivery) {
-	in := InboundFrom(d.Delivery)
-	dec, _ := Precheck(g.c, in, time.Now())
-	if dec == nil {
-		cctx := ctx
-		if g.tmo > 0 {
-			var cancel context.CancelFunc
-			cctx, cancel = context.WithTimeout(ctx, g.tmo)
-			defer cancel()
-		}
-		start := time.Now()
-		res, err := g.call(cctx, Request{Handler: g.c.Handler, Envelope: in.Env, Payload: in.Body})
-		if err != nil {
-			g.log.Debug("handler failed", "message_id", in.Env.MessageID, "attempt", in.Env.Attempt, "error", err, "duration", time.Since(start))
-		}
-		d2 := Decide(g.c, g.r.routes[g.c.Pipeline], in, res, err, time.Now(), rand.Float64())
-		dec = &d2
-	}
-	g.carryOut(ctx, d, in, *dec)
-}
-
-func (g *group) carryOut(ctx context.Context, d *broker.Delivery, in Inbound, dec Decision) {
-	if len(dec.Publish) == 0 {
-		g.settle(d, in, dec)
-		return
-	}
-	var (
-		mu      sync.Mutex
-		pending = len(dec.Publish)
-		failed  error
-	)
-	done := func(p Publish) func(error) {
-		return func(err error) {
-			if err != nil && p.BestEffort && errors.Is(err, broker.ErrUnroutable) {
-				g.log.Warn("reply not delivered: nothing listens on reply_to any more", "message_id", in.Env.MessageID, "routing_key", p.RoutingKey)
-				err = nil
-			}
-			mu.Lock()
-			if err != nil && failed == nil {
-				failed = err
-			}
-			pending--
-			last := pending == 0
-			mu.Unlock()
-			if last {
-				if failed != nil {
-					// Confirm callbacks must not publish; the follow-up runs
-					// on its own goroutine, owned by the group.
-					g.bg.Go(func() { g.publishFailed(ctx, d, in, dec, failed) })
-					return
-				}
-				g.settle(d, in, dec)
-			}
-		}
-	}
-	for _, p := range dec.Publish {
-		if err := g.r.pub.PublishFunc(ctx, p.Message, done(p)); err != nil {
-			done(p)(err)
-		}
-	}
-}
-
-func (g *group) settle(d *broker.Delivery, in Inbound, dec Decision) {
-	if err := d.Ack(); err != nil {
-		// The channel closed first: the broker requeues the delivery.
-		g.log.Debug("acknowledgement dropped; the message will be redelivered", "message_id", in.Env.MessageID, "error", err)
-		return
-	}
-	g.counts[dec.Outcome].Add(1)
-	switch dec.Outcome {
-	case OutcomeRetried:
-		g.log.Warn("delivery retried", "message_id", in.Env.MessageID, "attempt", in.Env.Attempt, "rung", dec.Rung, "error", dec.Reason)
-	case OutcomeDeadLettered:
-		g.log.Warn("delivery dead-lettered", "message_id", in.Env.MessageID, "attempt", in.Env.Attempt, "error", dec.Reason)
-	default:
-		g.log.Debug("delivery "+dec.Outcome, "message_id", in.Env.MessageID)
-	}
-}
-
-// publishFailed handles a decision whose publish did not reach a queue. An
-// unroutable next stop is fatal for the message (it would not route next
-// time either): it is dead-lettered with the reason. Anything else leaves
-// the message to the broker, requeued, to be handled again.
-func (g *group) publishFailed(ctx context.Context, d *broker.Delivery, in Inbound, dec Decision, err error) {
-	if errors.Is(err, broker.ErrUnroutable) && dec.Outcome != OutcomeDeadLettered {
-		g.log.Warn("result unroutable; dead-lettering the message", "message_id", in.Env.MessageID, "error", err)
-		dl := deadLetter(g.c, in, KindFatal, "the result could not be routed: "+err.Error(), time.Now())
-		g.carryOut(ctx, d, in, dl)
-		return
-	}
-	g.log.Warn("publish failed; the message goes back to its queue", "message_id", in.Env.MessageID, "error", err)
-	if nerr := d.Nack(true); nerr == nil {
-		g.counts["rejected"].Add(1)
-	}
 }

@@ -5,5 +5,5 @@ import "github.com/spf13/cobra"
 // addMoreCommands registers the commands that need a broker, a database or
 // the runtime.
 func addMoreCommands(root *cobra.Command, io streams) {
-	root.AddCommand(newRunCmd(io), newSendCmd(io), newReplayCmd(io), newInspectCmd(io))
+	root.AddCommand(newRunCmd(io), newSendCmd(io), newConsumersCmd(io), newReplayCmd(io), newInspectCmd(io))
 }

@@ -39,8 +39,8 @@ func newLogger(io streams, level, format string) (*slog.Logger, error) {
 
 func newRunCmd(io streams) *cobra.Command {
 	var (
-		amqpURL, admin, logLevel, logFormat string
-		drain                               time.Duration
+		amqpURL, admin, token, logLevel, logFormat string
+		drain                                      time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "run PATH...",
@@ -50,7 +50,8 @@ start their plugins, and consume. SIGTERM or SIGINT drains: no new
 deliveries, handlers in flight finish up to --drain-timeout, the rest is left
 for redelivery.
 
-Environment: ACEMQ_AMQP_URL (--amqp), ACEMQ_ADMIN_ADDR (--admin).`,
+Environment: ACEMQ_AMQP_URL (--amqp), ACEMQ_ADMIN_ADDR (--admin),
+ACEMQ_ADMIN_TOKEN (--admin-token).`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			log, err := newLogger(io, logLevel, logFormat)
@@ -62,7 +63,7 @@ Environment: ACEMQ_AMQP_URL (--amqp), ACEMQ_ADMIN_ADDR (--admin).`,
 			if diags.HasErrors() {
 				return failed("the flows are invalid; fix the errors above")
 			}
-			rt, err := runtime.New(plan, runtime.Options{AMQPURL: amqpURL, AdminAddr: admin, DrainTimeout: drain, Log: log})
+			rt, err := runtime.New(plan, runtime.Options{AMQPURL: amqpURL, AdminAddr: admin, AdminToken: token, DrainTimeout: drain, Log: log})
 			if err != nil {
 				return failed("%v", err)
 			}
@@ -78,6 +79,7 @@ Environment: ACEMQ_AMQP_URL (--amqp), ACEMQ_ADMIN_ADDR (--admin).`,
 	f := cmd.Flags()
 	f.StringVar(&amqpURL, "amqp", envOr("ACEMQ_AMQP_URL", defaultAMQP), "broker URL (env ACEMQ_AMQP_URL)")
 	f.StringVar(&admin, "admin", envOr("ACEMQ_ADMIN_ADDR", "127.0.0.1:9464"), "admin listener: health, readiness (env ACEMQ_ADMIN_ADDR); empty disables it")
+	f.StringVar(&token, "admin-token", envOr("ACEMQ_ADMIN_TOKEN", ""), "bearer token the admin API requires for calls that change something; required when --admin is not loopback (env ACEMQ_ADMIN_TOKEN)")
 	f.DurationVar(&drain, "drain-timeout", 30*time.Second, "how long handlers in flight may finish on shutdown")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&logFormat, "log-format", "text", "text or json")

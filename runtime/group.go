@@ -1,0 +1,357 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/acemq/acemq-flow/runtime/broker"
+)
+
+// Group states.
+const (
+	StateStopped  = "stopped"
+	StateRunning  = "running"
+	StateStopping = "stopping"
+)
+
+// ErrGroupSize is returned when scaling a group below one consumer.
+var ErrGroupSize = errors.New("a group needs at least one consumer")
+
+// group is one consumer group (listeners.txt, "Every listener is a group,
+// even at concurrency one"): a queue, a handler, size consumers of their
+// own channel each, and counters.
+type group struct {
+	r    *Runtime
+	c    *Consumer
+	log  *slog.Logger
+	call func(ctx context.Context, req Request) (Result, error)
+	tmo  time.Duration
+
+	counts   map[string]*atomic.Int64
+	inflight atomic.Int64
+	bg       sync.WaitGroup // follow-up work started from confirm callbacks
+
+	mu       sync.Mutex // guards the fields below; held across start/stop/scale
+	state    string
+	size     int
+	prefetch int
+	members  []*member
+	prepared bool // its queues are declared and checked
+}
+
+// member is one consumer of a group: one channel, one handler at a time.
+type member struct {
+	bc     *broker.Consumer
+	cancel context.CancelFunc
+	done   chan struct{}
+	left   int // deliveries left in flight when it drained
+}
+
+func (r *Runtime) newGroup(c *Consumer) *group {
+	call, tmo := r.callerFor(c)
+	g := &group{r: r, c: c, call: call, tmo: tmo, state: StateStopped, size: max(c.Concurrency, 1), prefetch: c.Prefetch,
+		log:    r.log.With("flow", c.Flow, "consumer", c.ID, "queue", c.Queue),
+		counts: map[string]*atomic.Int64{}}
+	for _, o := range outcomes {
+		g.counts[o] = &atomic.Int64{}
+	}
+	return g
+}
+
+var outcomes = []string{OutcomeAcknowledged, OutcomeStopped, OutcomeRetried, OutcomeDeadLettered, OutcomeDuplicate, OutcomeInProgress, OutcomeRejected}
+
+// OutcomeRejected counts deliveries handed back to the broker (requeued)
+// because what they produced could not be published.
+const OutcomeRejected = "rejected"
+
+// start starts the group's consumers. A group whose queue is missing is
+// refused, naming the queue.
+func (g *group) start(ctx context.Context) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.state == StateRunning {
+		return nil
+	}
+	if !g.prepared {
+		if err := g.r.prepare(ctx, g.c); err != nil {
+			return err
+		}
+		g.prepared = true
+	}
+	for range g.size {
+		g.add()
+	}
+	g.state = StateRunning
+	g.log.Info("consumer started", "prefetch", g.prefetch, "concurrency", g.size)
+	return nil
+}
+
+// add starts one member; the caller holds g.mu.
+func (g *group) add() {
+	ctx, cancel := context.WithCancel(g.r.runCtx)
+	m := &member{cancel: cancel, done: make(chan struct{}),
+		bc: broker.NewConsumer(g.r.consume, broker.ConsumerOptions{Queue: g.c.Queue, Tag: g.c.ID, Prefetch: g.prefetch,
+			Concurrency: 1, DrainTimeout: g.r.opts.DrainTimeout, Log: g.log})}
+	g.members = append(g.members, m)
+	g.r.wg.Go(func() {
+		defer close(m.done)
+		err := m.bc.Run(ctx, g.handle)
+		var de *broker.DrainError
+		switch {
+		case errors.As(err, &de):
+			m.left = de.Left
+		case err != nil && !errors.Is(err, broker.ErrClosed):
+			g.log.Error("consumer stopped", "error", err)
+		}
+	})
+}
+
+// remove drains and stops members until n are left, blocking until they
+// have drained; the caller holds g.mu. It returns the deliveries left in
+// flight.
+func (g *group) remove(n int) int {
+	var gone []*member
+	for len(g.members) > n {
+		last := g.members[len(g.members)-1]
+		g.members = g.members[:len(g.members)-1]
+		last.cancel()
+		gone = append(gone, last)
+	}
+	left := 0
+	for _, m := range gone {
+		<-m.done
+		left += m.left
+	}
+	return left
+}
+
+// stop drains the group (as shutdown does) and stops it.
+func (g *group) stop() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.state != StateRunning {
+		return
+	}
+	g.state = StateStopping
+	left := g.remove(0)
+	g.bg.Wait()
+	g.state = StateStopped
+	g.reportDrain(left)
+}
+
+// reportDrain logs the drain's result, naming what was left.
+func (g *group) reportDrain(left int) {
+	if left > 0 {
+		g.log.Warn(fmt.Sprintf("consumer %s still had %d message(s) in flight after %s; they will be redelivered", g.c.ID, left, g.r.opts.DrainTimeout))
+		return
+	}
+	g.log.Info("consumer drained")
+}
+
+// shutdown waits for members stopped by the runtime's context and reports.
+func (g *group) shutdown() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	left := 0
+	for _, m := range g.members {
+		<-m.done
+		left += m.left
+	}
+	g.members = nil
+	g.bg.Wait()
+	if g.state == StateRunning {
+		g.reportDrain(left)
+	}
+	g.state = StateStopped
+}
+
+// scale sets the number of consumers; scaling down blocks while the removed
+// consumers drain (listeners.txt, "scaling down blocks").
+func (g *group) scale(n int) error {
+	if n < 1 {
+		return ErrGroupSize
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.size = n
+	if g.state != StateRunning {
+		return nil
+	}
+	for len(g.members) < n {
+		g.add()
+	}
+	if left := g.remove(n); left > 0 {
+		g.log.Warn(fmt.Sprintf("consumer %s scaled down with %d message(s) left in flight; they will be redelivered", g.c.ID, left))
+	}
+	g.log.Info("consumer scaled", "concurrency", n)
+	return nil
+}
+
+// setPrefetch changes the prefetch of every consumer of the group.
+func (g *group) setPrefetch(n int) error {
+	if n < 1 {
+		return errors.New("prefetch must be at least 1")
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.prefetch = n
+	for _, m := range g.members {
+		if err := m.bc.SetPrefetch(n); err != nil {
+			return fmt.Errorf("consumer %q: set prefetch: %w", g.c.ID, err)
+		}
+	}
+	return nil
+}
+
+// handle runs one delivery: check, call, decide, then publish what the
+// decision says and acknowledge only once every publish is confirmed.
+func (g *group) handle(ctx context.Context, d *broker.Delivery) {
+	g.inflight.Add(1)
+	g.r.metrics.inflight.WithLabelValues(g.c.ID).Inc()
+	in := InboundFrom(d.Delivery)
+	dec, _ := Precheck(g.c, in, time.Now())
+	if dec == nil {
+		cctx := ctx
+		if g.tmo > 0 {
+			var cancel context.CancelFunc
+			cctx, cancel = context.WithTimeout(ctx, g.tmo)
+			defer cancel()
+		}
+		start := time.Now()
+		res, err := g.call(cctx, Request{Handler: g.c.Handler, Envelope: in.Env, Payload: in.Body})
+		g.r.metrics.duration.WithLabelValues(g.c.ID).Observe(time.Since(start).Seconds())
+		if err != nil {
+			g.log.Debug("handler failed", "message_id", in.Env.MessageID, "attempt", in.Env.Attempt, "error", err, "duration", time.Since(start))
+		}
+		d2 := Decide(g.c, g.r.routes[g.c.Pipeline], in, res, err, time.Now(), rand.Float64())
+		dec = &d2
+	}
+	g.carryOut(ctx, d, in, *dec)
+}
+
+func (g *group) carryOut(ctx context.Context, d *broker.Delivery, in Inbound, dec Decision) {
+	if len(dec.Publish) == 0 {
+		g.settle(d, in, dec)
+		return
+	}
+	var (
+		mu      sync.Mutex
+		pending = len(dec.Publish)
+		failed  error
+	)
+	done := func(p Publish) func(error) {
+		return func(err error) {
+			if err != nil && p.BestEffort && errors.Is(err, broker.ErrUnroutable) {
+				g.log.Warn("reply not delivered: nothing listens on reply_to any more", "message_id", in.Env.MessageID, "routing_key", p.RoutingKey)
+				err = nil
+			}
+			mu.Lock()
+			if err != nil && failed == nil {
+				failed = err
+			}
+			pending--
+			last := pending == 0
+			mu.Unlock()
+			if last {
+				if failed != nil {
+					// Confirm callbacks must not publish; the follow-up runs
+					// on its own goroutine, owned by the group.
+					g.bg.Go(func() { g.publishFailed(ctx, d, in, dec, failed) })
+					return
+				}
+				g.settle(d, in, dec)
+			}
+		}
+	}
+	for _, p := range dec.Publish {
+		if err := g.r.pub.PublishFunc(ctx, p.Message, done(p)); err != nil {
+			done(p)(err)
+		}
+	}
+}
+
+func (g *group) finish() {
+	g.inflight.Add(-1)
+	g.r.metrics.inflight.WithLabelValues(g.c.ID).Dec()
+}
+
+func (g *group) settle(d *broker.Delivery, in Inbound, dec Decision) {
+	defer g.finish()
+	if err := d.Ack(); err != nil {
+		// The channel closed first: the broker requeues the delivery.
+		g.log.Debug("acknowledgement dropped; the message will be redelivered", "message_id", in.Env.MessageID, "error", err)
+		return
+	}
+	g.count(dec.Outcome)
+	switch dec.Outcome {
+	case OutcomeRetried:
+		g.log.Warn("delivery retried", "message_id", in.Env.MessageID, "attempt", in.Env.Attempt, "rung", dec.Rung, "error", dec.Reason)
+	case OutcomeDeadLettered:
+		g.r.metrics.deadLettered.WithLabelValues(g.c.Queue).Inc()
+		g.log.Warn("delivery dead-lettered", "message_id", in.Env.MessageID, "attempt", in.Env.Attempt, "error", dec.Reason)
+	default:
+		g.log.Debug("delivery "+dec.Outcome, "message_id", in.Env.MessageID)
+	}
+}
+
+func (g *group) count(outcome string) {
+	g.counts[outcome].Add(1)
+	g.r.metrics.messages.WithLabelValues(g.c.ID, outcome).Inc()
+}
+
+// publishFailed handles a decision whose publish did not reach a queue. An
+// unroutable next stop is fatal for the message (it would not route next
+// time either): it is dead-lettered with the reason. Anything else leaves
+// the message to the broker, requeued, to be handled again.
+func (g *group) publishFailed(ctx context.Context, d *broker.Delivery, in Inbound, dec Decision, err error) {
+	if errors.Is(err, broker.ErrUnroutable) && dec.Outcome != OutcomeDeadLettered {
+		g.log.Warn("result unroutable; dead-lettering the message", "message_id", in.Env.MessageID, "error", err)
+		dl := deadLetter(g.c, in, KindFatal, "the result could not be routed: "+err.Error(), time.Now())
+		g.carryOut(ctx, d, in, dl)
+		return
+	}
+	defer g.finish()
+	g.log.Warn("publish failed; the message goes back to its queue", "message_id", in.Env.MessageID, "error", err)
+	if nerr := d.Nack(true); nerr == nil {
+		g.count(OutcomeRejected)
+	}
+}
+
+// snapshot is what the registry shows of a group.
+func (g *group) snapshot(ctx context.Context) ConsumerStatus {
+	g.mu.Lock()
+	st := ConsumerStatus{ID: g.c.ID, Kind: string(g.c.Kind), State: g.state, Queue: g.c.Queue, Size: g.size,
+		Prefetch: g.prefetch, Handler: g.c.Handler, InFlight: g.inflight.Load(), Counters: map[string]int64{}}
+	g.mu.Unlock()
+	for o, n := range g.counts {
+		st.Counters[o] = n.Load()
+	}
+	if g.r.topo != nil {
+		qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		if n, err := g.r.topo.Depth(qctx, g.c.Queue); err == nil {
+			st.Depth = &n
+		}
+	}
+	return st
+}
+
+// ConsumerStatus is one consumer group as the registry lists it.
+type ConsumerStatus struct {
+	ID       string           `json:"id"`
+	Kind     string           `json:"kind"`
+	State    string           `json:"state"`
+	Queue    string           `json:"queue"`
+	Depth    *int             `json:"depth,omitempty"` // ready messages on the queue
+	Size     int              `json:"size"`
+	Prefetch int              `json:"prefetch"`
+	Handler  string           `json:"handler"`
+	InFlight int64            `json:"in_flight"`
+	Counters map[string]int64 `json:"counters"`
+}

@@ -1,0 +1,273 @@
+package runtime_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/acemq/acemq-flow/runtime"
+	"github.com/acemq/acemq-flow/spec"
+	"github.com/acemq/acemq-flow/test/testenv"
+)
+
+const registryFlow = `version: acemq.flow/v1
+name: reg
+plugins:
+  k: {command: ./not-started}
+pipelines:
+  - name: p
+    steps:
+      - {name: a, handler: k.echo, concurrency: 2}
+consumers:
+  - {id: late, queue: late.q, handler: k.echo, auto_startup: false, declare: {type: classic}}
+`
+
+func echo(_ context.Context, req runtime.Request) (runtime.Result, error) {
+	return runtime.Result{Payload: req.Payload}, nil
+}
+
+// startInProcess runs the flow with in-process handlers until the test ends.
+func startInProcess(t *testing.T, url, flow string, opts runtime.Options) (*runtime.Runtime, *runtime.Plan) {
+	t.Helper()
+	set, err := spec.Load(testFS(flow), "f.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := runtime.Compile(set.Flows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.AMQPURL = url
+	rt, err := runtime.New(plan, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- rt.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run returned %v after shutdown, want nil", err)
+		}
+	})
+	select {
+	case <-rt.Started():
+	case err := <-done:
+		t.Fatalf("Run failed before starting: %v", err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("the runtime did not start within 60s")
+	}
+	return rt, plan
+}
+
+func queueConsumers(t *testing.T, ch *amqp.Channel, queue string) (int, bool) {
+	t.Helper()
+	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+	if err != nil {
+		return 0, false
+	}
+	return q.Consumers, true
+}
+
+func TestRegistryStartsStopsScalesAndPauses(t *testing.T) {
+	url := testenv.VHost(t)
+	rt, _ := startInProcess(t, url, registryFlow, runtime.Options{Handlers: map[string]runtime.HandlerFunc{"k.echo": echo}})
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	channel := func() *amqp.Channel {
+		ch, err := conn.Channel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ch.Close() })
+		return ch
+	}
+	ctx := t.Context()
+	consumersOn := func(queue string, want int) {
+		t.Helper()
+		testenv.Eventually(t, 10*time.Second, func() error {
+			if n, ok := queueConsumers(t, channel(), queue); !ok || n != want {
+				return testenv.Errorf("queue %s has %d consumers (exists %v), want %d", queue, n, ok, want)
+			}
+			return nil
+		})
+	}
+	consumersOn("p.a", 2)
+	if _, ok := queueConsumers(t, channel(), "late.q"); ok {
+		t.Error("an auto_startup: false consumer's queue was declared before it was started")
+	}
+
+	if err := rt.Scale("p.a", 3); err != nil {
+		t.Fatal(err)
+	}
+	consumersOn("p.a", 3)
+	if err := rt.Scale("p.a", 1); err != nil {
+		t.Fatal(err)
+	}
+	consumersOn("p.a", 1)
+	if err := rt.Scale("p.a", 0); !errors.Is(err, runtime.ErrGroupSize) || err.Error() != "a group needs at least one consumer" {
+		t.Errorf("Scale(0) = %v, want %q", err, "a group needs at least one consumer")
+	}
+	if err := rt.Prefetch("p.a", 7); err != nil {
+		t.Fatal(err)
+	}
+	st, err := rt.Consumer(ctx, "p.a")
+	if err != nil || st.Prefetch != 7 || st.Size != 1 || st.State != runtime.StateRunning {
+		t.Errorf("Consumer(p.a) = %+v, %v; want running, size 1, prefetch 7", st, err)
+	}
+
+	if err := rt.Stop("p.a"); err != nil {
+		t.Fatal(err)
+	}
+	consumersOn("p.a", 0)
+	if err := rt.Start(ctx, "p.a"); err != nil {
+		t.Fatal(err)
+	}
+	consumersOn("p.a", 1)
+
+	if err := rt.Start(ctx, "late"); err != nil {
+		t.Fatalf("Start(late): %v", err)
+	}
+	consumersOn("late.q", 1)
+
+	rt.Pause()
+	consumersOn("p.a", 0)
+	consumersOn("late.q", 0)
+	if err := rt.Resume(ctx); err != nil {
+		t.Fatal(err)
+	}
+	consumersOn("p.a", 1)
+	consumersOn("late.q", 1)
+
+	if err := rt.Start(ctx, "nope"); !errors.Is(err, runtime.ErrUnknownConsumer) {
+		t.Errorf("Start(nope) = %v, want ErrUnknownConsumer", err)
+	}
+}
+
+func TestStartIsRefusedWhileTheQueueIsMissing(t *testing.T) {
+	url := testenv.VHost(t)
+	rt, _ := startInProcess(t, url, `version: acemq.flow/v1
+name: reg
+plugins:
+  k: {command: ./not-started}
+consumers:
+  - {id: orders, queue: orders.nwe, handler: k.echo, auto_startup: false}
+`, runtime.Options{Handlers: map[string]runtime.HandlerFunc{"k.echo": echo}})
+	err := rt.Start(t.Context(), "orders")
+	if err == nil || !strings.Contains(err.Error(), `queue "orders.nwe", which does not exist`) {
+		t.Fatalf("Start(orders) = %v, want a refusal naming the missing queue", err)
+	}
+	st, _ := rt.Consumer(t.Context(), "orders")
+	if st.State != runtime.StateStopped {
+		t.Errorf("state %s after a refused start, want stopped", st.State)
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func TestAdminAPIServesMetricsAndGuardsChanges(t *testing.T) {
+	url := testenv.VHost(t)
+	addr := freeAddr(t)
+	rt, _ := startInProcess(t, url, registryFlow, runtime.Options{AdminAddr: addr, AdminToken: "s3cret",
+		Handlers: map[string]runtime.HandlerFunc{"k.echo": echo}})
+	_ = rt
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, _ := conn.Channel()
+	if err := ch.Publish("p", "a", false, false, amqp.Publishing{MessageId: "m-1", Body: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if _, body := get("/metrics"); !strings.Contains(body, `acemq_messages_total{consumer="p.a",outcome="acknowledged"} 1`) {
+			return testenv.Errorf("metrics lack the acknowledged message")
+		}
+		return nil
+	})
+	_, body := get("/metrics")
+	for _, want := range []string{"acemq_handler_duration_seconds_bucket", "acemq_messages_in_flight", "acemq_broker_reconnects_total"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	if code, body := get("/v1/consumers"); code != 200 || !strings.Contains(body, `"id": "p.a"`) || !strings.Contains(body, `"acknowledged": 1`) {
+		t.Errorf("/v1/consumers = %d %s", code, body)
+	}
+	if code, _ := get("/readyz"); code != 200 {
+		t.Errorf("/readyz = %d, want 200", code)
+	}
+	post := func(path, token string) int {
+		req, _ := http.NewRequest("POST", "http://"+addr+path, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := post("/v1/consumers/p.a/stop", ""); code != http.StatusUnauthorized {
+		t.Errorf("stop without the token = %d, want 401", code)
+	}
+	if code := post("/v1/consumers/p.a/stop", "wrong"); code != http.StatusUnauthorized {
+		t.Errorf("stop with a wrong token = %d, want 401", code)
+	}
+	if code := post("/v1/consumers/p.a/scale?size=0", "s3cret"); code != http.StatusBadRequest {
+		t.Errorf("scale to 0 = %d, want 400", code)
+	}
+	if code := post("/v1/consumers/p.a/scale?size=2", "s3cret"); code != 200 {
+		t.Errorf("scale with the token = %d, want 200", code)
+	}
+	if code := post("/v1/consumers/ghost/stop", "s3cret"); code != http.StatusNotFound {
+		t.Errorf("stop of an unknown consumer = %d, want 404", code)
+	}
+	if strings.Contains(body, "s3cret") || strings.Contains(body, "guest:guest") {
+		t.Error("/metrics shows a credential")
+	}
+}
+
+func TestAdminBeyondLoopbackNeedsAToken(t *testing.T) {
+	plan := &runtime.Plan{}
+	_, err := runtime.New(plan, runtime.Options{AMQPURL: "amqp://x", AdminAddr: "0.0.0.0:9464"})
+	if !errors.Is(err, runtime.ErrAdminExposed) {
+		t.Errorf("New with --admin 0.0.0.0 and no token = %v, want ErrAdminExposed", err)
+	}
+	if _, err := runtime.New(plan, runtime.Options{AMQPURL: "amqp://x", AdminAddr: "0.0.0.0:9464", AdminToken: "t"}); err != nil {
+		t.Errorf("with a token: %v", err)
+	}
+	if _, err := runtime.New(plan, runtime.Options{AMQPURL: "amqp://x", AdminAddr: "127.0.0.1:9464"}); err != nil {
+		t.Errorf("loopback without a token: %v", err)
+	}
+}
