@@ -336,6 +336,7 @@ func deadLetter(c *Consumer, in Inbound, kind, reason string, now time.Time) Dec
 	p.Headers[HeaderErrorKind] = kind
 	p.Headers[HeaderFailedQueue] = c.Queue
 	p.Headers[HeaderFailedAt] = FormatTime(now)
+	p.Headers[HeaderAttempt] = int64(in.Env.Attempt)
 	p.Expiration = ""
 	d := Decision{Outcome: OutcomeDeadLettered, Reason: reason,
 		Publish: []Publish{{Message: broker.Message{Exchange: "", RoutingKey: DeadLetterQueue(c.Queue), Publishing: p}}}}
