@@ -26,6 +26,7 @@ type Stop struct {
 	RoutingKey  string
 	Name        string
 	CompletedAt time.Time // zero while the stop is still ahead
+	completed   string    // completedAt as it was read, written back unchanged
 	extra       []field
 }
 
@@ -67,6 +68,7 @@ func (it Itinerary) Advance(at time.Time) Itinerary {
 	}
 	cur := it.steps[0]
 	cur.CompletedAt = at.UTC().Truncate(time.Second)
+	cur.completed = ""
 	done := make([]Stop, len(it.done), len(it.done)+1)
 	copy(done, it.done)
 	it.done = append(done, cur)
@@ -136,7 +138,7 @@ func parseStops(raw json.RawMessage, done bool) ([]Stop, error) {
 				if err != nil {
 					return nil, fmt.Errorf("entry %d: completedAt %q is not an RFC 3339 time", i, str)
 				}
-				s.CompletedAt = t
+				s.CompletedAt, s.completed = t, str
 			default:
 				s.extra = append(s.extra, f)
 			}
@@ -207,9 +209,14 @@ func writeStops(b *bytes.Buffer, stops []Stop) {
 		writeString(b, s.RoutingKey)
 		b.WriteString(`,"name":`)
 		writeString(b, s.Name)
-		if !s.CompletedAt.IsZero() {
+		switch {
+		case s.completed != "":
+			// Another writer's timestamp is kept as it wrote it.
 			b.WriteString(`,"completedAt":`)
-			writeString(b, s.CompletedAt.UTC().Format(time.RFC3339Nano))
+			writeString(b, s.completed)
+		case !s.CompletedAt.IsZero():
+			b.WriteString(`,"completedAt":`)
+			writeString(b, s.CompletedAt.UTC().Format(time.RFC3339))
 		}
 		writeExtra(b, s.extra)
 		b.WriteByte('}')

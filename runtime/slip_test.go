@@ -14,6 +14,7 @@ func TestSlipRoundTripsByteForByte(t *testing.T) {
 		{"the example of FLOW-FORMAT §2", formatSlip},
 		{"unknown fields at every level are kept", `{"steps":[{"exchange":"x","routingKey":"k","name":"a","ttl":5}],"done":[],"trace":{"id":"t-1"},"v":2}`},
 		{"an empty route", `{"steps":[],"done":[]}`},
+		{"another writer's timestamps are kept as written", `{"steps":[],"done":[{"exchange":"x","routingKey":"k","name":"a","completedAt":"2026-09-09T14:03:11.250Z"},{"exchange":"x","routingKey":"k","name":"b","completedAt":"2026-09-09T16:03:11+02:00"}]}`},
 		{"characters HTML would escape", `{"steps":[{"exchange":"a&b","routingKey":"<k>","name":"n"}],"done":[]}`},
 	}
 	for _, tc := range cases {
