@@ -32,6 +32,8 @@ test: services build
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 25m ./...
 	$(GO) test -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime 15s ./spec
+	$(GO) test -run '^$$' -fuzz '^FuzzParseItinerary$$' -fuzztime 10s ./runtime
+	$(MAKE) -s chaos-short
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime 5m ./spec
@@ -44,14 +46,16 @@ run: services build
 	$(BIN)/acemq-flow validate $(FLOWS)
 	$(BIN)/acemq-flow run $(RUN_FLOWS)
 
+# Speed, as ratios against raw amqp091-go in the same run (see DESIGN.md).
 bench: services build
-	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 ./test/bench/...
+	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 ./test/bench ./plugins/host ./runtime ./spec
 
+# Long fault injection under load (a short form runs in `make test`).
 chaos: services build
-	$(GO) test -count=1 -p 1 -tags chaos -timeout 60m ./test/chaos/...
+	$(GO) test -count=1 -tags chaos -run '^TestChaos' -timeout 60m -v ./test/e2e
 
 chaos-short: services build
-	$(GO) test -count=1 -p 1 -tags chaos -short -timeout 15m ./test/chaos/...
+	$(GO) test -count=1 -tags chaos -run '^TestChaos' -timeout 15m -v ./test/e2e -soak 45s
 
 generate:
 	@scripts/generate.sh

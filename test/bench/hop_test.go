@@ -1,0 +1,272 @@
+// Package bench measures the runtime against raw amqp091-go on the same
+// broker in the same run, and prints one line per figure:
+//
+//	bench: <name> <value> <unit>[ raw=<value> ratio=<x.xx>]
+//
+// Figures are medians of three runs. Run with `make bench`.
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/acemq/acemq-flow/runtime"
+	"github.com/acemq/acemq-flow/spec"
+	"github.com/acemq/acemq-flow/test/testenv"
+)
+
+const (
+	messages = 5000
+	prefetch = 256
+	rounds   = 3
+)
+
+var body = make([]byte, 1024)
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// fill publishes n messages to queue with pipelined confirms.
+func fill(b *testing.B, ch *amqp.Channel, exchange, key string, n int) {
+	b.Helper()
+	if err := ch.Confirm(false); err != nil {
+		b.Fatal(err)
+	}
+	var pending []*amqp.DeferredConfirmation
+	for i := range n {
+		dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), exchange, key, false, false,
+			amqp.Publishing{MessageId: fmt.Sprint(i), Body: body, DeliveryMode: amqp.Persistent})
+		if err != nil {
+			b.Fatal(err)
+		}
+		pending = append(pending, dc)
+		if len(pending) == 512 {
+			for _, p := range pending {
+				p.Wait()
+			}
+			pending = pending[:0]
+		}
+	}
+	for _, p := range pending {
+		p.Wait()
+	}
+}
+
+// waitDepth waits until queue holds n ready messages and returns when.
+func waitDepth(b *testing.B, ch *amqp.Channel, queue string, n int, d time.Duration) time.Time {
+	b.Helper()
+	end := time.Now().Add(d)
+	for {
+		q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if q.Messages >= n {
+			return time.Now()
+		}
+		if time.Now().After(end) {
+			b.Fatalf("%s holds %d of %d after %s", queue, q.Messages, n, d)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func quorum(b *testing.B, ch *amqp.Channel, name string) {
+	b.Helper()
+	if _, err := ch.QueueDeclare(name, true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// rawHop is the limit: consume from src, publish to dst with a confirm,
+// acknowledge the input when the output's confirm arrives, many in flight.
+func rawHop(b *testing.B, url, src, dst string, n int) float64 {
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	pubConn, err := amqp.Dial(url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pubConn.Close()
+	cch, _ := conn.Channel()
+	pch, _ := pubConn.Channel()
+	if err := cch.Qos(prefetch, 0, false); err != nil {
+		b.Fatal(err)
+	}
+	if err := pch.Confirm(false); err != nil {
+		b.Fatal(err)
+	}
+	dels, err := cch.Consume(src, "", false, false, false, false, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	type inflight struct {
+		dc  *amqp.DeferredConfirmation
+		tag uint64
+	}
+	acks := make(chan inflight, prefetch)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for f := range acks {
+			f.dc.Wait()
+			_ = cch.Ack(f.tag, false)
+		}
+	}()
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		d := <-dels
+		dc, err := pch.PublishWithDeferredConfirmWithContext(context.Background(), "", dst, true, false,
+			amqp.Publishing{MessageId: d.MessageId, Body: d.Body, DeliveryMode: amqp.Persistent})
+		if err != nil {
+			b.Fatal(err)
+		}
+		acks <- inflight{dc, d.DeliveryTag}
+	}
+	close(acks)
+	<-done
+	return float64(n) / time.Since(start).Seconds()
+}
+
+const hopFlow = `version: acemq.flow/v1
+name: bench
+plugins:
+  testkit: {command: TESTKIT}
+pipelines:
+  - name: PIPE
+    steps:
+      - {name: a, handler: HANDLER, prefetch: 256, concurrency: 16, retry: {max_attempts: 1}, auto_startup: false}
+      - {name: b, handler: testkit.echo, auto_startup: false}
+`
+
+// runtimeHop runs the runtime over a pre-filled step queue and measures
+// how fast step a moves every message to step b's queue.
+func runtimeHop(b *testing.B, url, pipe, handler, testkit string, inprocess bool, n int) float64 {
+	flow := hopFlow
+	for k, v := range map[string]string{"PIPE": pipe, "HANDLER": handler, "TESTKIT": testkit} {
+		flow = strings.ReplaceAll(flow, k, v)
+	}
+	dir := b.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "f.yaml"), []byte(flow), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	set, err := spec.LoadPaths(spec.Options{}, filepath.Join(dir, "f.yaml"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	plan, err := runtime.Compile(set.Flows)
+	if err != nil {
+		b.Fatal(err)
+	}
+	opts := runtime.Options{AMQPURL: url}
+	if inprocess {
+		opts.Handlers = map[string]runtime.HandlerFunc{handler: func(_ context.Context, r runtime.Request) (runtime.Result, error) {
+			return runtime.Result{Payload: r.Payload}, nil
+		}}
+	}
+	// The topology is declared first and the queue filled, then the runtime
+	// started with the step stopped, so that the clock runs only while the
+	// step consumes.
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	ch, _ := conn.Channel()
+	declare(b, ch, plan)
+	fill(b, ch, pipe, "a", n)
+	rt, err := runtime.New(plan, opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- rt.Run(ctx) }()
+	select {
+	case <-rt.Started():
+	case err := <-errc:
+		b.Fatal(err)
+	}
+	start := time.Now()
+	if err := rt.Start(ctx, pipe+".a"); err != nil {
+		b.Fatal(err)
+	}
+	end := waitDepth(b, ch, pipe+".b", n, 5*time.Minute)
+	cancel()
+	if err := <-errc; err != nil {
+		b.Fatal(err)
+	}
+	return float64(n) / end.Sub(start).Seconds()
+}
+
+func declare(b *testing.B, ch *amqp.Channel, plan *runtime.Plan) {
+	for _, e := range plan.Exchanges {
+		if e.Type != "" {
+			if err := ch.ExchangeDeclare(e.Name, e.Type, true, false, false, false, nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	for _, q := range plan.Queues {
+		if _, err := ch.QueueDeclare(q.Name, true, false, false, false, amqp.Table(q.Arguments)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, bd := range plan.Bindings {
+		if err := ch.QueueBind(bd.Queue, bd.RoutingKey, bd.Exchange, false, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func buildTestkit(b *testing.B) string {
+	out := filepath.Join(b.TempDir(), "testkit")
+	cmd := exec.Command("go", "build", "-o", out, "../../examples/plugins/testkit")
+	if o, err := cmd.CombinedOutput(); err != nil {
+		b.Fatalf("build testkit: %v\n%s", err, o)
+	}
+	return out
+}
+
+// BenchmarkHop prints hop-raw, hop-inprocess and hop-plugin, each the
+// median of three runs of 5,000 1 KiB messages on quorum queues, prefetch
+// 256, with the ratios against the raw hop.
+func BenchmarkHop(b *testing.B) {
+	url := testenv.VHost(b)
+	testkit := buildTestkit(b)
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	ch, _ := conn.Channel()
+	var raw, inproc, plugin []float64
+	for r := range rounds {
+		src, dst := fmt.Sprintf("raw%d.src", r), fmt.Sprintf("raw%d.dst", r)
+		quorum(b, ch, src)
+		quorum(b, ch, dst)
+		fill(b, ch, "", src, messages)
+		raw = append(raw, rawHop(b, url, src, dst, messages))
+		inproc = append(inproc, runtimeHop(b, url, fmt.Sprintf("inproc%d", r), "testkit.noop", testkit, true, messages))
+		plugin = append(plugin, runtimeHop(b, url, fmt.Sprintf("plugin%d", r), "testkit.echo", testkit, false, messages))
+	}
+	rawM := median(raw)
+	fmt.Printf("bench: hop-raw %.0f msgs/s\n", rawM)
+	fmt.Printf("bench: hop-inprocess %.0f msgs/s raw=%.0f ratio=%.2f\n", median(inproc), rawM, median(inproc)/rawM)
+	fmt.Printf("bench: hop-plugin %.0f msgs/s raw=%.0f ratio=%.2f\n", median(plugin), rawM, median(plugin)/rawM)
+}
