@@ -217,8 +217,15 @@ func (c *Consumer) output(in Inbound, payload []byte, now time.Time) broker.Mess
 	if typ == spec.OutputNone {
 		typ = ""
 	}
+	id := NewMessageID()
+	if c.Idempotent {
+		// The same input gives the same output id, so that an output
+		// published twice (a crash after the publish, before the claim was
+		// confirmed) is absorbed by the next idempotent consumer.
+		id = DerivedMessageID(c.ID, env.MessageID)
+	}
 	return broker.Message{Publishing: amqp.Publishing{
-		MessageId:     NewMessageID(),
+		MessageId:     id,
 		CorrelationId: runID(env),
 		ReplyTo:       env.ReplyTo,
 		Type:          typ,

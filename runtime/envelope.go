@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"crypto/rand"
+	"crypto/sha1"
 	"encoding/hex"
 	"fmt"
 	"math"
@@ -144,6 +145,10 @@ func NewMessageID() string {
 	_, _ = rand.Read(b[:])
 	b[6] = b[6]&0x0f | 0x40
 	b[8] = b[8]&0x3f | 0x80
+	return formatUUID(b)
+}
+
+func formatUUID(b [16]byte) string {
 	var out [36]byte
 	hex.Encode(out[0:8], b[0:4])
 	out[8] = '-'
@@ -155,6 +160,18 @@ func NewMessageID() string {
 	out[23] = '-'
 	hex.Encode(out[24:], b[10:])
 	return string(out[:])
+}
+
+// DerivedMessageID is the message id an idempotent consumer gives the output
+// of input message id: a name-based UUID (version 5 layout, SHA-1) of the
+// consumer id and the input's id, the same every time.
+func DerivedMessageID(consumerID, inputID string) string {
+	sum := sha1.Sum([]byte("acemq-flow\x00" + consumerID + "\x00" + inputID))
+	var b [16]byte
+	copy(b[:], sum[:16])
+	b[6] = b[6]&0x0f | 0x50
+	b[8] = b[8]&0x3f | 0x80
+	return formatUUID(b)
 }
 
 // FormatTime writes a header time as RFC 3339 UTC.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/acemq/acemq-flow/runtime/broker"
+	"github.com/acemq/acemq-flow/stores"
 )
 
 // Group states.
@@ -32,6 +33,7 @@ type group struct {
 	log  *slog.Logger
 	call func(ctx context.Context, req Request) (Result, error)
 	tmo  time.Duration
+	gate *claimGate // nil unless the consumer is idempotent
 
 	counts   map[string]*atomic.Int64
 	inflight atomic.Int64
@@ -60,6 +62,9 @@ func (r *Runtime) newGroup(c *Consumer) *group {
 		counts: map[string]*atomic.Int64{}}
 	for _, o := range outcomes {
 		g.counts[o] = &atomic.Int64{}
+	}
+	if c.Idempotent && r.opts.Store != nil {
+		g.gate = newClaimGate(r.opts.Store, c.ID, r.opts.ClaimTimeout, r.log)
 	}
 	return g
 }
@@ -216,6 +221,28 @@ func (g *group) handle(ctx context.Context, d *broker.Delivery) {
 	g.r.metrics.inflight.WithLabelValues(g.c.ID).Inc()
 	in := InboundFrom(d.Delivery)
 	dec, _ := Precheck(g.c, in, time.Now())
+	var ticket *Ticket
+	if dec == nil && g.gate != nil {
+		// Claim before the work (patterns.txt, "Claim, then work, then
+		// confirm"); a store failure is a retryable failure of the
+		// delivery, never taken as an answer.
+		t, state, err := g.gate.Begin(ctx, in.Env.MessageID)
+		switch {
+		case errors.Is(err, ErrNoMessageID):
+			dl := deadLetter(g.c, in, KindFatal, err.Error(), time.Now())
+			dec = &dl
+		case err != nil:
+			rd := Decide(g.c, g.r.routes[g.c.Pipeline], in, Result{}, fmt.Errorf("idempotency store: %w", err), time.Now(), rand.Float64())
+			dec = &rd
+		case state == stores.AlreadyConfirmed:
+			dec = &Decision{Outcome: OutcomeDuplicate}
+		case state == stores.InProgress:
+			ip := InProgress(g.c, in)
+			dec = &ip
+		default:
+			ticket = &t
+		}
+	}
 	if dec == nil {
 		cctx := ctx
 		if g.tmo > 0 {
@@ -232,12 +259,50 @@ func (g *group) handle(ctx context.Context, d *broker.Delivery) {
 		d2 := Decide(g.c, g.r.routes[g.c.Pipeline], in, res, err, time.Now(), rand.Float64())
 		dec = &d2
 	}
-	g.carryOut(ctx, d, in, *dec)
+	g.carryOut(ctx, d, in, *dec, ticket)
 }
 
-func (g *group) carryOut(ctx context.Context, d *broker.Delivery, in Inbound, dec Decision) {
+// succeeded reports whether a decision ends the handling of a claimed
+// delivery as done (to be confirmed), rather than failed (to be released).
+func succeeded(dec Decision) bool {
+	return dec.Outcome == OutcomeAcknowledged || dec.Outcome == OutcomeStopped
+}
+
+// release gives up the claim of a delivery whose handling failed, so its
+// retry is claimed at once; a failed release only delays that to the
+// lease's end.
+func (g *group) release(ctx context.Context, t *Ticket) {
+	if t == nil {
+		return
+	}
+	if err := g.gate.Release(ctx, *t); err != nil {
+		g.log.Warn("claim not released; the retry waits for its lease", "error", err)
+	}
+}
+
+// confirmAndSettle records a claimed delivery as handled, after its output
+// was confirmed by the broker and before the acknowledgement (see
+// idempotency.go for why this order), then acknowledges it.
+func (g *group) confirmAndSettle(ctx context.Context, d *broker.Delivery, in Inbound, dec Decision, t *Ticket) {
+	if t != nil {
+		if err := g.gate.Confirm(ctx, *t); err != nil {
+			if errors.Is(err, stores.ErrStaleClaim) {
+				g.log.Warn("claim taken over before the handler finished; raise --claim-timeout above the slowest handler", "message_id", in.Env.MessageID, "error", err)
+			} else {
+				g.log.Warn("claim not confirmed; a duplicate within the lease will be handled again", "message_id", in.Env.MessageID, "error", err)
+			}
+		}
+	}
+	g.settle(d, in, dec)
+}
+
+func (g *group) carryOut(ctx context.Context, d *broker.Delivery, in Inbound, dec Decision, t *Ticket) {
+	if t != nil && !succeeded(dec) {
+		g.release(ctx, t)
+		t = nil
+	}
 	if len(dec.Publish) == 0 {
-		g.settle(d, in, dec)
+		g.confirmAndSettle(ctx, d, in, dec, t)
 		return
 	}
 	var (
@@ -262,7 +327,12 @@ func (g *group) carryOut(ctx context.Context, d *broker.Delivery, in Inbound, de
 				if failed != nil {
 					// Confirm callbacks must not publish; the follow-up runs
 					// on its own goroutine, owned by the group.
-					g.bg.Go(func() { g.publishFailed(ctx, d, in, dec, failed) })
+					g.bg.Go(func() { g.publishFailed(ctx, d, in, dec, failed, t) })
+					return
+				}
+				if t != nil {
+					// Nor block on the store.
+					g.bg.Go(func() { g.confirmAndSettle(ctx, d, in, dec, t) })
 					return
 				}
 				g.settle(d, in, dec)
@@ -309,13 +379,14 @@ func (g *group) count(outcome string) {
 // unroutable next stop is fatal for the message (it would not route next
 // time either): it is dead-lettered with the reason. Anything else leaves
 // the message to the broker, requeued, to be handled again.
-func (g *group) publishFailed(ctx context.Context, d *broker.Delivery, in Inbound, dec Decision, err error) {
+func (g *group) publishFailed(ctx context.Context, d *broker.Delivery, in Inbound, dec Decision, err error, t *Ticket) {
 	if errors.Is(err, broker.ErrUnroutable) && dec.Outcome != OutcomeDeadLettered {
 		g.log.Warn("result unroutable; dead-lettering the message", "message_id", in.Env.MessageID, "error", err)
 		dl := deadLetter(g.c, in, KindFatal, "the result could not be routed: "+err.Error(), time.Now())
-		g.carryOut(ctx, d, in, dl)
+		g.carryOut(ctx, d, in, dl, t)
 		return
 	}
+	g.release(ctx, t)
 	defer g.finish()
 	g.log.Warn("publish failed; the message goes back to its queue", "message_id", in.Env.MessageID, "error", err)
 	if nerr := d.Nack(true); nerr == nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/acemq/acemq-flow/plugins/host"
 	"github.com/acemq/acemq-flow/runtime/broker"
 	"github.com/acemq/acemq-flow/spec"
+	"github.com/acemq/acemq-flow/stores"
 )
 
 // HandlerFunc is an in-process step handler, for Go programs that embed the
@@ -44,6 +45,10 @@ type Options struct {
 	Handlers map[string]HandlerFunc
 	// Name prefixes the broker connection names; default "acemq-flow".
 	Name string
+	// Store is the idempotency store; required when a consumer is
+	// idempotent. ClaimTimeout is its claims' lease (0: the store's).
+	Store        stores.Idempotency
+	ClaimTimeout time.Duration
 }
 
 // Runtime runs a Plan: it connects, declares the topology, starts the
@@ -105,8 +110,8 @@ func New(plan *Plan, opts Options) (*Runtime, error) {
 		if c.Delay > 0 {
 			unsupported = append(unsupported, fmt.Sprintf("%s: step %q has a delay (the scheduler is %s)", c.At, c.Step, ErrUnsupported))
 		}
-		if c.Idempotent {
-			unsupported = append(unsupported, fmt.Sprintf("%s: consumer %q is idempotent (the idempotency store is %s)", c.At, c.ID, ErrUnsupported))
+		if c.Idempotent && opts.Store == nil {
+			return nil, fmt.Errorf("%s: consumer %q is idempotent, but no idempotency store is configured; run with --store", c.At, c.ID)
 		}
 	}
 	for _, s := range plan.Sagas {

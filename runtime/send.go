@@ -149,6 +149,16 @@ type Reply struct {
 	Headers   amqp.Table
 	StoppedAt string
 	Error     string
+	Slip      *Itinerary // the run's slip, for an itinerary: how far it got
+}
+
+// Route renders the reply's slip for a person ("validate ✓ 14:03:11 →
+// approve ✓ 14:03:12 → charge ✓ 14:03:12"), or "" without one.
+func (r *Reply) Route() string {
+	if r.Slip == nil {
+		return ""
+	}
+	return slipText(*r.Slip)
 }
 
 // ErrNoReply is returned by Send when no reply came within the wait.
@@ -223,6 +233,11 @@ func Send(ctx context.Context, url string, msg broker.Message, wait time.Duratio
 			}
 			r := &Reply{Outcome: strHeader(d.Headers[HeaderOutcome]), Payload: d.Body, Headers: d.Headers,
 				StoppedAt: strHeader(d.Headers[HeaderStoppedAt]), Error: strHeader(d.Headers[HeaderError])}
+			if raw := strHeader(d.Headers[HeaderSlip]); raw != "" {
+				if it, err := ParseItinerary([]byte(raw)); err == nil {
+					r.Slip = &it
+				}
+			}
 			return r, nil
 		case <-timer.C:
 			return nil, fmt.Errorf("%w within %s for message %s", ErrNoReply, wait, msg.MessageId)

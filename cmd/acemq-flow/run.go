@@ -40,7 +40,9 @@ func newLogger(io streams, level, format string) (*slog.Logger, error) {
 func newRunCmd(io streams) *cobra.Command {
 	var (
 		amqpURL, admin, token, logLevel, logFormat string
-		drain                                      time.Duration
+		storeURL                                   string
+		drain, claimTimeout                        time.Duration
+		createSchema                               bool
 	)
 	cmd := &cobra.Command{
 		Use:   "run PATH...",
@@ -51,7 +53,7 @@ deliveries, handlers in flight finish up to --drain-timeout, the rest is left
 for redelivery.
 
 Environment: ACEMQ_AMQP_URL (--amqp), ACEMQ_ADMIN_ADDR (--admin),
-ACEMQ_ADMIN_TOKEN (--admin-token).`,
+ACEMQ_ADMIN_TOKEN (--admin-token), ACEMQ_STORE_URL (--store).`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			log, err := newLogger(io, logLevel, logFormat)
@@ -63,7 +65,18 @@ ACEMQ_ADMIN_TOKEN (--admin-token).`,
 			if diags.HasErrors() {
 				return failed("the flows are invalid; fix the errors above")
 			}
-			rt, err := runtime.New(plan, runtime.Options{AMQPURL: amqpURL, AdminAddr: admin, AdminToken: token, DrainTimeout: drain, Log: log})
+			opts := runtime.Options{AMQPURL: amqpURL, AdminAddr: admin, AdminToken: token, DrainTimeout: drain, Log: log,
+				ClaimTimeout: claimTimeout}
+			if needsStore(plan) {
+				set, err := openStore(cmd.Context(), storeURL, claimTimeout, createSchema)
+				if err != nil {
+					return failed("%v", err)
+				}
+				defer set.Close()
+				opts.Store = set
+				log.Info("store opened", "store", redactStore(storeURL))
+			}
+			rt, err := runtime.New(plan, opts)
 			if err != nil {
 				return failed("%v", err)
 			}
@@ -81,6 +94,9 @@ ACEMQ_ADMIN_TOKEN (--admin-token).`,
 	f.StringVar(&admin, "admin", envOr("ACEMQ_ADMIN_ADDR", "127.0.0.1:9464"), "admin listener: health, readiness (env ACEMQ_ADMIN_ADDR); empty disables it")
 	f.StringVar(&token, "admin-token", envOr("ACEMQ_ADMIN_TOKEN", ""), "bearer token the admin API requires for calls that change something; required when --admin is not loopback (env ACEMQ_ADMIN_TOKEN)")
 	f.DurationVar(&drain, "drain-timeout", 30*time.Second, "how long handlers in flight may finish on shutdown")
+	f.StringVar(&storeURL, "store", envOr("ACEMQ_STORE_URL", "sqlite:acemq.db"), "idempotency store: postgres://…, sqlite:PATH or memory: (env ACEMQ_STORE_URL)")
+	f.DurationVar(&claimTimeout, "claim-timeout", 5*time.Minute, "idempotency claims' lease: set it above the slowest handler")
+	f.BoolVar(&createSchema, "create-schema", false, "create the store's tables if missing (development only; use `acemq-flow migrate` otherwise)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&logFormat, "log-format", "text", "text or json")
 	return cmd

@@ -63,6 +63,9 @@ reply came in time.`,
 				return nil
 			}
 			fmt.Fprintf(s.err, "outcome: %s\n", reply.Outcome)
+			if route := reply.Route(); route != "" {
+				fmt.Fprintf(s.err, "route: %s\n", route)
+			}
 			if reply.StoppedAt != "" {
 				fmt.Fprintf(s.err, "stopped at: %s\n", reply.StoppedAt)
 			}
