@@ -41,10 +41,11 @@ fuzz:
 # The main job: the example flows with their example plugins against the
 # local RabbitMQ, until Ctrl-C (which drains). Send an order from another
 # terminal: see README.md.
-RUN_FLOWS ?= examples/flows/fulfilment.yaml
+RUN_FLOWS ?= examples/flows/fulfilment.yaml examples/flows/approval.yaml
+RUN_STORE ?= sqlite:acemq.db
 run: services build
 	$(BIN)/acemq-flow validate $(FLOWS)
-	$(BIN)/acemq-flow run $(RUN_FLOWS)
+	$(BIN)/acemq-flow run --store $(RUN_STORE) --create-schema $(RUN_FLOWS)
 
 # Speed, as ratios against raw amqp091-go in the same run (see DESIGN.md).
 bench: services build
