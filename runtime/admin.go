@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -62,6 +63,22 @@ func (r *Runtime) adminHandler() http.Handler {
 			return
 		}
 		writeJSON(w, http.StatusOK, st)
+	})
+	mux.HandleFunc("POST /v1/messages/first", func(w http.ResponseWriter, req *http.Request) {
+		var body struct {
+			Target  Target          `json:"target"`
+			Payload json.RawMessage `json:"payload"`
+		}
+		if err := json.NewDecoder(http.MaxBytesReader(w, req.Body, 16<<20)).Decode(&body); err != nil {
+			writeError(w, badRequest{fmt.Errorf("the body is not {\"target\": {...}, \"payload\": ...}: %w", err)})
+			return
+		}
+		msg, err := FirstMessage(r.plan, body.Target, body.Payload, time.Now())
+		if err != nil {
+			writeError(w, badRequest{err})
+			return
+		}
+		writeJSON(w, http.StatusOK, WireMessageOf(msg))
 	})
 	change := func(pattern string, fn func(req *http.Request) error) {
 		mux.HandleFunc("POST "+pattern, func(w http.ResponseWriter, req *http.Request) {

@@ -12,14 +12,48 @@ import (
 	"github.com/acemq/acemq-flow/spec"
 )
 
+// WireMessage is a message as JSON, for the admin API: `send` without flow
+// files asks the running runtime to build the first message of a run.
+type WireMessage struct {
+	Exchange      string         `json:"exchange"`
+	RoutingKey    string         `json:"routing_key"`
+	MessageID     string         `json:"message_id"`
+	CorrelationID string         `json:"correlation_id"`
+	Type          string         `json:"type,omitempty"`
+	ContentType   string         `json:"content_type,omitempty"`
+	Timestamp     time.Time      `json:"timestamp"`
+	Headers       map[string]any `json:"headers"`
+	Body          []byte         `json:"body"`
+}
+
+// WireMessageOf encodes a message for the admin API.
+func WireMessageOf(m broker.Message) WireMessage {
+	return WireMessage{Exchange: m.Exchange, RoutingKey: m.RoutingKey, MessageID: m.MessageId, CorrelationID: m.CorrelationId,
+		Type: m.Type, ContentType: m.ContentType, Timestamp: m.Timestamp, Headers: m.Headers, Body: m.Body}
+}
+
+// Message decodes it; whole numbers in headers come back as int64.
+func (w WireMessage) Message() broker.Message {
+	h := amqp.Table{}
+	for k, v := range w.Headers {
+		if f, ok := v.(float64); ok && f == float64(int64(f)) {
+			v = int64(f)
+		}
+		h[k] = v
+	}
+	return broker.Message{Exchange: w.Exchange, RoutingKey: w.RoutingKey, Publishing: amqp.Publishing{
+		MessageId: w.MessageID, CorrelationId: w.CorrelationID, Type: w.Type, ContentType: w.ContentType,
+		DeliveryMode: amqp.Persistent, Timestamp: w.Timestamp, Headers: h, Body: w.Body}}
+}
+
 // Target says where `send` publishes: the entry of a pipeline or an
 // itinerary, or an exchange and routing key.
 type Target struct {
-	Pipeline   string
-	Itinerary  string
-	Saga       string
-	Exchange   string
-	RoutingKey string
+	Pipeline   string `json:"pipeline,omitempty"`
+	Itinerary  string `json:"itinerary,omitempty"`
+	Saga       string `json:"saga,omitempty"`
+	Exchange   string `json:"exchange,omitempty"`
+	RoutingKey string `json:"routing_key,omitempty"`
 }
 
 // FirstMessage builds the first message of a run: a new message id that is

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -37,6 +38,11 @@ func (a *adminClient) do(method, path string, out any) error {
 	if err != nil {
 		return err
 	}
+	return a.send(req, out)
+}
+
+func (a *adminClient) send(req *http.Request, out any) error {
+	method, path := req.Method, req.URL.Path
 	if a.token != "" {
 		req.Header.Set("Authorization", "Bearer "+a.token)
 	}
@@ -59,6 +65,20 @@ func (a *adminClient) do(method, path string, out any) error {
 		return json.Unmarshal(body, out)
 	}
 	return nil
+}
+
+// post sends a JSON body and decodes the JSON answer.
+func (a *adminClient) post(path string, in, out any) error {
+	body, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequest("POST", a.base+path, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	return a.send(req, out)
 }
 
 func newConsumersCmd(s streams) *cobra.Command {

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/acemq/acemq-flow/runtime"
+	"github.com/acemq/acemq-flow/runtime/broker"
 )
 
 func newSendCmd(s streams) *cobra.Command {
@@ -17,15 +18,17 @@ func newSendCmd(s streams) *cobra.Command {
 		t       runtime.Target
 		data    string
 		amqpURL string
+		admin   string
 		in, at  string
 		wait    time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "send PATH... (--pipeline|--itinerary NAME | --exchange X --routing-key K) [--data @file|-|JSON] [--wait DURATION]",
+		Use:   "send [PATH...] (--pipeline|--itinerary NAME | --exchange X --routing-key K) [--data @file|-|JSON] [--wait DURATION]",
 		Short: "Send a message into a pipeline, an itinerary or an exchange",
 		Long: `Send a message into a pipeline (its first step, with the declared route), an
 itinerary (a slip holding only the stops whose when holds for this payload),
-or an exchange and routing key. The flows are read from PATH.
+or an exchange and routing key. The flows are read from PATH; without PATH,
+the running runtime at --admin builds the message from the flows it runs.
 
 --wait is request/reply: it waits for the run's reply and prints its payload;
 exit 0 when the run completed or stopped, 1 when it was dead-lettered or no
@@ -34,25 +37,32 @@ reply came in time.`,
 			if in != "" || at != "" {
 				return failed("--in and --at need the scheduler, which is %v", runtime.ErrUnsupported)
 			}
-			if len(args) == 0 && (t.Pipeline != "" || t.Itinerary != "" || t.Saga != "") {
-				return usage("name the flow files: acemq-flow send PATH... --pipeline %s", t.Pipeline+t.Itinerary+t.Saga)
-			}
 			payload, err := readData(s, data)
 			if err != nil {
 				return err
 			}
-			plan := &runtime.Plan{}
+			var msg broker.Message
 			if len(args) > 0 {
-				_, p, ds := loadAndCompile(s, args)
+				_, plan, ds := loadAndCompile(s, args)
 				if ds.HasErrors() {
 					_ = renderDiagText(s.err, ds)
 					return failed("the flows are invalid; fix the errors above")
 				}
-				plan = p
-			}
-			msg, err := runtime.FirstMessage(plan, t, payload, time.Now())
-			if err != nil {
-				return failed("%v", err)
+				if msg, err = runtime.FirstMessage(plan, t, payload, time.Now()); err != nil {
+					return failed("%v", err)
+				}
+			} else if t.Exchange != "" || t.RoutingKey != "" {
+				if msg, err = runtime.FirstMessage(&runtime.Plan{}, t, payload, time.Now()); err != nil {
+					return failed("%v", err)
+				}
+			} else {
+				// No flow files: the running runtime knows the flows.
+				var wm runtime.WireMessage
+				req := map[string]any{"target": t, "payload": json.RawMessage(orNull(payload))}
+				if err := newAdminClient(admin, "").post("/v1/messages/first", req, &wm); err != nil {
+					return failed("%v", err)
+				}
+				msg = wm.Message()
 			}
 			reply, err := runtime.Send(cmd.Context(), amqpURL, msg, wait)
 			if err != nil {
@@ -92,7 +102,15 @@ reply came in time.`,
 	f.StringVar(&at, "at", "", "deliver at this time")
 	f.DurationVar(&wait, "wait", 0, "wait this long for the reply (request/reply)")
 	f.StringVar(&amqpURL, "amqp", envOr("ACEMQ_AMQP_URL", defaultAMQP), "broker URL (env ACEMQ_AMQP_URL)")
+	f.StringVar(&admin, "admin", envOr("ACEMQ_ADMIN_ADDR", "127.0.0.1:9464"), "without PATH, the running runtime's admin address, which knows the flows (env ACEMQ_ADMIN_ADDR)")
 	return cmd
+}
+
+func orNull(b []byte) []byte {
+	if len(b) == 0 {
+		return []byte("null")
+	}
+	return b
 }
 
 func readData(s streams, data string) ([]byte, error) {
