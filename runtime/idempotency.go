@@ -271,10 +271,10 @@ type coalescer[Req, Resp any] struct {
 	abandoned func(ctx context.Context, reqs []Req, out []Resp)
 
 	mu   sync.Mutex
-	open *batch[Req, Resp]
+	open *coalesced[Req, Resp]
 }
 
-type batch[Req, Resp any] struct {
+type coalesced[Req, Resp any] struct {
 	reqs []Req
 
 	// Set under the coalescer's mutex.
@@ -299,7 +299,7 @@ func (c *coalescer[Req, Resp]) do(ctx context.Context, r Req) (Resp, error) {
 	b := c.open
 	lead := b == nil
 	if lead {
-		b = &batch[Req, Resp]{done: make(chan struct{})}
+		b = &coalesced[Req, Resp]{done: make(chan struct{})}
 		c.open = b
 	}
 	i := len(b.reqs)
@@ -331,7 +331,7 @@ func (c *coalescer[Req, Resp]) do(ctx context.Context, r Req) (Resp, error) {
 	return b.out[i], nil
 }
 
-func (c *coalescer[Req, Resp]) flush(ctx context.Context, b *batch[Req, Resp]) {
+func (c *coalescer[Req, Resp]) flush(ctx context.Context, b *coalesced[Req, Resp]) {
 	c.slots <- struct{}{}
 	c.mu.Lock()
 	if c.open == b {

@@ -1,0 +1,550 @@
+package runtime
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/acemq/acemq-flow/runtime/broker"
+	"github.com/acemq/acemq-flow/stores"
+)
+
+// RelayOptions configure a Relay. A zero field takes the default given with
+// it.
+type RelayOptions struct {
+	// Owner names the relay in the outbox's lease column. It must be unique
+	// per relay process: two relays with one name would take each other's
+	// leases for their own. Default "<host>:<pid>:<random>".
+	Owner string
+	// Batch is how many records one claim leases. Default 100.
+	Batch int
+	// Lease is how long claimed records stay with this relay; a relay that
+	// dies loses them after it and another relay publishes them. It must
+	// comfortably exceed the time a batch takes to publish. Default 15s.
+	Lease time.Duration
+	// Poll is how long the relay waits after a claim found fewer than Batch
+	// records. Default 200ms.
+	Poll time.Duration
+	// Exchanges, when set, is asked once a minute whether each exchange the
+	// records name exists (a *broker.Topology on any connection). A record
+	// for a missing exchange is then failed like an unroutable one. Without
+	// it such a record closes the publishing channel each time it is
+	// published: every publish in flight on it becomes indeterminate, and
+	// the record is never counted as failed.
+	Exchanges exchangeChecker
+	// Log receives lifecycle events and failed records; nil discards.
+	Log *slog.Logger
+}
+
+// relayStore is what the relay needs of the outbox (stores.OutboxRelay).
+type relayStore interface {
+	ClaimBatch(ctx context.Context, owner string, n int, lease time.Duration) ([]stores.OutboxRecord, error)
+	MarkPublished(ctx context.Context, ids []int64, owner string) error
+	MarkFailed(ctx context.Context, id int64, owner, reason string) (stuck bool, err error)
+}
+
+// relayPublisher is what the relay needs of a confirmed, mandatory
+// publisher (*broker.Publisher): done is called once with nil only when the
+// broker confirmed the message and routed it to a queue.
+type relayPublisher interface {
+	PublishFunc(ctx context.Context, msg broker.Message, done func(error)) error
+}
+
+// exchangeChecker reports whether an exchange exists (*broker.Topology).
+type exchangeChecker interface {
+	ExchangeExists(ctx context.Context, name string) (bool, error)
+}
+
+// RelayStats are running totals since NewRelay.
+type RelayStats struct {
+	Claimed   int64 // records leased
+	Published int64 // confirmed, routed and marked published
+	Failed    int64 // unroutable, nacked or unpublishable, marked failed
+	Stuck     int64 // of Failed, those that reached the attempt limit
+	Left      int64 // outcome unknown or not marked: published again after the lease
+	LeaseLost int64 // marked too late: another relay had taken them over
+}
+
+// Relay publishes the records of the transactional outbox (patterns.txt,
+// "The transactional outbox"). It claims a batch under a lease, publishes
+// each record's bytes unchanged with its stored properties and headers,
+// mandatory and confirmed, many in flight, and marks a record published only
+// once the broker confirmed it and routed it to a queue. A record the broker
+// returns as unroutable (or nacks, or that cannot be published at all) is
+// marked failed with the reason, which counts an attempt; after the store's
+// limit it is stuck, no longer handed out, and listed by `acemq-flow outbox
+// list --stuck`. A record whose outcome is unknown (the channel closed
+// before the confirm) is left: its lease expires and it is published again.
+//
+// Publishing is at least once: a relay that dies between the confirm and the
+// mark leaves records that the next relay publishes again, with the same
+// message id, for idempotent consumers to absorb. Records are claimed oldest
+// first, but a record that failed is retried after newer ones, and several
+// relays publish side by side, so order across records is not kept.
+//
+// Lifecycle: NewRelay allocates; Run relays until ctx ends. A Relay runs
+// once; Stats may be called at any time.
+type Relay struct {
+	store relayStore
+	pub   relayPublisher
+	opts  RelayOptions
+	log   *slog.Logger
+
+	maxRows  int64        // records claimed and not yet settled, at most
+	inflight atomic.Int64 // records claimed and not yet settled
+	freed    chan struct{}
+
+	exMu     sync.Mutex
+	exSeenAt map[string]time.Time // exchanges found to exist, and when
+
+	claimed, published, failed, stuck, left, leaseLost atomic.Int64
+}
+
+// relayExchangeTTL is how long an exchange found to exist is trusted.
+const relayExchangeTTL = time.Minute
+
+// NewRelay returns a relay reading store (a stores.OutboxRelay; it needs
+// ClaimBatch, MarkPublished and MarkFailed) and publishing with pub (a
+// *broker.Publisher on a connection of its own: the publisher's window
+// bounds the records in flight). It does no I/O.
+func NewRelay(store relayStore, pub relayPublisher, opts RelayOptions) (*Relay, error) {
+	if store == nil || pub == nil {
+		return nil, errors.New("outbox relay: a store and a publisher are required")
+	}
+	if opts.Batch < 0 || opts.Lease < 0 || opts.Poll < 0 {
+		return nil, fmt.Errorf("outbox relay: batch %d, lease %s and poll %s must not be negative", opts.Batch, opts.Lease, opts.Poll)
+	}
+	if opts.Batch == 0 {
+		opts.Batch = 100
+	}
+	if opts.Lease == 0 {
+		opts.Lease = 15 * time.Second
+	}
+	if opts.Poll == 0 {
+		opts.Poll = 200 * time.Millisecond
+	}
+	if opts.Owner == "" {
+		opts.Owner = defaultRelayOwner()
+	}
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	return &Relay{
+		store: store, pub: pub, opts: opts,
+		log:      opts.Log.With("relay", opts.Owner),
+		maxRows:  int64(3 * opts.Batch),
+		freed:    make(chan struct{}, 1),
+		exSeenAt: map[string]time.Time{},
+	}, nil
+}
+
+func defaultRelayOwner() string {
+	host, _ := os.Hostname()
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return fmt.Sprintf("%s:%d:%s", host, os.Getpid(), hex.EncodeToString(b))
+}
+
+// Owner returns the name the relay leases records under.
+func (r *Relay) Owner() string { return r.opts.Owner }
+
+// Stats returns running totals.
+func (r *Relay) Stats() RelayStats {
+	return RelayStats{
+		Claimed: r.claimed.Load(), Published: r.published.Load(), Failed: r.failed.Load(),
+		Stuck: r.stuck.Load(), Left: r.left.Load(), LeaseLost: r.leaseLost.Load(),
+	}
+}
+
+// relayResult is the outcome of publishing one record.
+type relayResult struct {
+	rec *stores.OutboxRecord
+	err error
+}
+
+// Run relays until ctx ends, then stops claiming, waits for the outcomes of
+// the records in flight and marks them, within one lease; what is still
+// unsettled then is published again after its lease. A store or broker
+// failure is logged and retried, never returned: Run returns nil once it
+// has stopped.
+func (r *Relay) Run(ctx context.Context) error {
+	r.log.Info("relay started", "batch", r.opts.Batch, "lease", r.opts.Lease, "poll", r.opts.Poll)
+	// Marks still count after ctx ends: a record confirmed and not marked is
+	// published twice. They get one lease to finish.
+	drainCtx, cancelDrain := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelDrain()
+	stopDrainTimer := context.AfterFunc(ctx, func() {
+		t := time.AfterFunc(r.opts.Lease, cancelDrain)
+		context.AfterFunc(drainCtx, func() { t.Stop() })
+	})
+	defer stopDrainTimer()
+
+	// Every claimed record yields exactly one result, and at most maxRows
+	// are unsettled, so a publisher callback never blocks on this channel.
+	results := make(chan relayResult, r.maxRows)
+	total := make(chan int64, 1)
+	var wg sync.WaitGroup
+	wg.Go(func() { r.markLoop(ctx, drainCtx, results, total) })
+	total <- r.claimLoop(ctx, drainCtx, results)
+	wg.Wait()
+	st := r.Stats()
+	r.log.Info("relay stopped", "published", st.Published, "failed", st.Failed, "stuck", st.Stuck, "left", st.Left)
+	return nil
+}
+
+// claimLoop claims and publishes batches until ctx ends and returns how many
+// records it claimed.
+func (r *Relay) claimLoop(ctx, drainCtx context.Context, results chan<- relayResult) int64 {
+	var total int64
+	batch := int64(r.opts.Batch)
+	for failures := 0; ctx.Err() == nil; {
+		// Claim no further ahead than a few batches: records wait under a
+		// lease only while the broker and the marks keep up.
+		for r.inflight.Load()+batch > r.maxRows {
+			select {
+			case <-r.freed:
+			case <-ctx.Done():
+				return total
+			}
+		}
+		// Not cut short by ctx: a claim cancelled mid-statement may still
+		// commit, leaving records leased to nobody until the lease ends.
+		recs, err := r.store.ClaimBatch(drainCtx, r.opts.Owner, r.opts.Batch, r.opts.Lease)
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			failures++
+			d := backoffDelay(failures, r.opts.Poll, 10*time.Second)
+			if failures == 10 {
+				r.log.Error("outbox store unreachable; the relay keeps trying", "error", err, "attempt", failures)
+			} else {
+				r.log.Warn("outbox claim failed", "error", err, "attempt", failures, "duration", d)
+			}
+			if !sleepFor(ctx, d) {
+				break
+			}
+			continue
+		}
+		failures = 0
+		r.claimed.Add(int64(len(recs)))
+		r.inflight.Add(int64(len(recs)))
+		total += int64(len(recs))
+		checked := map[string]error{}
+		for i := range recs {
+			rec := &recs[i]
+			// The batch is leased: publish the rest of it even when ctx ends
+			// meanwhile, within the drain.
+			if err := r.publish(drainCtx, rec, checked, results); err != nil {
+				results <- relayResult{rec: rec, err: err}
+			}
+		}
+		if len(recs) < r.opts.Batch && !sleepFor(ctx, r.opts.Poll) {
+			break
+		}
+	}
+	return total
+}
+
+// publish sends rec; the outcome arrives on results, unless publish returns
+// an error, which is then the outcome.
+func (r *Relay) publish(ctx context.Context, rec *stores.OutboxRecord, checked map[string]error, results chan<- relayResult) error {
+	if err, ok := checked[rec.Exchange]; ok {
+		if err != nil {
+			return err
+		}
+	} else {
+		err := r.checkExchange(ctx, rec.Exchange)
+		checked[rec.Exchange] = err
+		if err != nil {
+			return err
+		}
+	}
+	msg, err := outboxMessage(rec)
+	if err != nil {
+		return err
+	}
+	return r.pub.PublishFunc(ctx, msg, func(err error) { results <- relayResult{rec: rec, err: err} })
+}
+
+// missingExchangeError is the failure of a record whose exchange does not
+// exist.
+type missingExchangeError struct{ exchange string }
+
+func (e *missingExchangeError) Error() string {
+	return fmt.Sprintf("exchange %q does not exist; declare it, or correct the record's exchange", e.exchange)
+}
+
+// checkExchange returns nil when name exists (or nothing is asked), a
+// *missingExchangeError when it does not, and an *IndeterminateError when
+// the broker could not be asked.
+func (r *Relay) checkExchange(ctx context.Context, name string) error {
+	if name == "" || r.opts.Exchanges == nil {
+		return nil
+	}
+	r.exMu.Lock()
+	seen, ok := r.exSeenAt[name]
+	r.exMu.Unlock()
+	if ok && time.Since(seen) < relayExchangeTTL {
+		return nil
+	}
+	exists, err := r.opts.Exchanges.ExchangeExists(ctx, name)
+	if err != nil {
+		return &broker.IndeterminateError{Exchange: name, Err: err}
+	}
+	if !exists {
+		return &missingExchangeError{exchange: name}
+	}
+	r.exMu.Lock()
+	r.exSeenAt[name] = time.Now()
+	r.exMu.Unlock()
+	return nil
+}
+
+// markLoop settles results: confirmed records are marked published in
+// bulk (those that confirm while a mark is in the database go in the next
+// one), failures are marked failed, unknown outcomes are left for their
+// lease to expire. It returns when every claimed record is settled or the
+// drain ends.
+func (r *Relay) markLoop(ctx, drainCtx context.Context, results <-chan relayResult, total <-chan int64) {
+	var settled int64
+	want := int64(-1)
+	var ok []*stores.OutboxRecord
+	for want < 0 || settled < want {
+		select {
+		case res := <-results:
+			settled += r.settle(drainCtx, res, &ok)
+		case want = <-total:
+			continue
+		case <-drainCtx.Done():
+			n := r.inflight.Load()
+			r.left.Add(n)
+			r.log.Warn("relay stopped with records in flight; they are published again after their lease", "in_flight", n)
+			return
+		}
+		for more := true; more; {
+			select {
+			case res := <-results:
+				settled += r.settle(drainCtx, res, &ok)
+			default:
+				more = false
+			}
+		}
+		if len(ok) > 0 {
+			r.markPublished(ctx, drainCtx, ok)
+			settled += int64(len(ok))
+			r.release(len(ok))
+			ok = ok[:0]
+		}
+	}
+}
+
+// settle handles one result and returns 1 when it is settled now, 0 when it
+// joins ok to be marked published.
+func (r *Relay) settle(drainCtx context.Context, res relayResult, ok *[]*stores.OutboxRecord) int64 {
+	rec, err := res.rec, res.err
+	if err == nil {
+		*ok = append(*ok, rec)
+		return 0
+	}
+	defer r.release(1)
+	if leaveForLease(err) {
+		if broker.ReplyCode(err) == amqp.NotFound {
+			// An exchange vanished since it was checked: ask again.
+			r.exMu.Lock()
+			clear(r.exSeenAt)
+			r.exMu.Unlock()
+		}
+		r.left.Add(1)
+		r.log.Debug("outbox record outcome unknown; published again after its lease", "outbox_id", rec.ID, "message_id", rec.Properties.MessageID, "error", err)
+		return 1
+	}
+	stuck, merr := r.store.MarkFailed(drainCtx, rec.ID, r.opts.Owner, err.Error())
+	attrs := []any{"outbox_id", rec.ID, "exchange", rec.Exchange, "routing_key", rec.RoutingKey,
+		"message_id", rec.Properties.MessageID, "attempt", rec.Attempts + 1, "error", err}
+	switch {
+	case errors.Is(merr, stores.ErrLeaseLost):
+		r.leaseLost.Add(1)
+		r.log.Warn("outbox record failed after its lease was taken over", attrs...)
+	case merr != nil:
+		r.left.Add(1)
+		r.log.Warn("outbox record failed and could not be marked; retried after its lease", append(attrs, "mark_error", merr)...)
+	case stuck:
+		r.failed.Add(1)
+		r.stuck.Add(1)
+		r.log.Error("outbox record stuck: no longer published; fix the cause and requeue it (see `acemq-flow outbox list --stuck`)", attrs...)
+	default:
+		r.failed.Add(1)
+		r.log.Warn("outbox record not published; retried later", attrs...)
+	}
+	return 1
+}
+
+// leaveForLease reports whether a publish failed without a verdict on the
+// record: the outcome is unknown, or the relay or its publisher stopped.
+// Those records are neither published nor failed; their lease decides.
+func leaveForLease(err error) bool {
+	return errors.Is(err, broker.ErrIndeterminate) || errors.Is(err, broker.ErrClosed) ||
+		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// markPublished marks recs published, retrying a failing store within one
+// lease while the relay runs (once, when it is stopping).
+func (r *Relay) markPublished(ctx, drainCtx context.Context, recs []*stores.OutboxRecord) {
+	ids := make([]int64, len(recs))
+	for i, rec := range recs {
+		ids[i] = rec.ID
+	}
+	deadline := time.Now().Add(r.opts.Lease)
+	for attempt := 1; ; attempt++ {
+		err := r.store.MarkPublished(drainCtx, ids, r.opts.Owner)
+		var lost *stores.LeaseLostError
+		switch {
+		case err == nil:
+			r.published.Add(int64(len(ids)))
+			return
+		case errors.As(err, &lost):
+			r.published.Add(int64(len(ids) - len(lost.IDs)))
+			r.leaseLost.Add(int64(len(lost.IDs)))
+			r.log.Warn("outbox lease lost: records published after another relay took them over; it publishes them again", "records", len(lost.IDs), "error", err)
+			return
+		}
+		d := backoffDelay(attempt, 50*time.Millisecond, 2*time.Second)
+		if ctx.Err() != nil || time.Now().Add(d).After(deadline) || !sleepFor(drainCtx, d) {
+			r.left.Add(int64(len(ids)))
+			r.log.Error("outbox records published but not marked; they are published again after their lease", "records", len(ids), "error", err)
+			return
+		}
+		r.log.Warn("outbox mark failed; retrying", "records", len(ids), "attempt", attempt, "error", err)
+	}
+}
+
+// release returns n settled records' room to the claim loop.
+func (r *Relay) release(n int) {
+	r.inflight.Add(-int64(n))
+	select {
+	case r.freed <- struct{}{}:
+	default:
+	}
+}
+
+// outboxMessage is the message a record is published as: its body bytes as
+// stored, its content type, and the properties and headers of its
+// properties column. Nothing is decoded or re-encoded but the headers, whose
+// JSON values become the AMQP values they denote.
+func outboxMessage(rec *stores.OutboxRecord) (broker.Message, error) {
+	p := rec.Properties
+	headers, err := headerTable(p.Headers)
+	if err != nil {
+		return broker.Message{}, fmt.Errorf("outbox record %d: %w", rec.ID, err)
+	}
+	pub := amqp.Publishing{
+		Headers:         headers,
+		ContentType:     rec.ContentType,
+		ContentEncoding: p.ContentEncoding,
+		DeliveryMode:    p.DeliveryMode,
+		Priority:        p.Priority,
+		CorrelationId:   p.CorrelationID,
+		ReplyTo:         p.ReplyTo,
+		Expiration:      p.Expiration,
+		MessageId:       p.MessageID,
+		Type:            p.Type,
+		UserId:          p.UserID,
+		AppId:           p.AppID,
+		Body:            rec.Body,
+	}
+	if p.Timestamp != 0 {
+		pub.Timestamp = time.Unix(p.Timestamp, 0).UTC()
+	}
+	return broker.Message{Exchange: rec.Exchange, RoutingKey: rec.RoutingKey, Publishing: pub}, nil
+}
+
+// headerTable converts the JSON header values of the properties column to
+// AMQP field values: strings, booleans and null as they are, integers as
+// signed 64-bit integers, other numbers as doubles (a number neither can
+// hold stays its decimal text), arrays as field arrays and objects as
+// tables.
+func headerTable(h map[string]any) (amqp.Table, error) {
+	if len(h) == 0 {
+		return nil, nil
+	}
+	t := make(amqp.Table, len(h))
+	for k, v := range h {
+		fv, err := headerValue(v)
+		if err != nil {
+			return nil, fmt.Errorf("header %q: %w", k, err)
+		}
+		t[k] = fv
+	}
+	return t, nil
+}
+
+func headerValue(v any) (any, error) {
+	switch v := v.(type) {
+	case nil, string, bool, int64:
+		return v, nil
+	case float64:
+		return v, nil
+	case json.Number:
+		if i, err := strconv.ParseInt(string(v), 10, 64); err == nil {
+			return i, nil
+		}
+		if f, err := strconv.ParseFloat(string(v), 64); err == nil {
+			return f, nil
+		}
+		return string(v), nil
+	case []any:
+		out := make([]any, len(v))
+		for i, e := range v {
+			fv, err := headerValue(e)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = fv
+		}
+		return out, nil
+	case map[string]any:
+		t := make(amqp.Table, len(v))
+		for k, e := range v {
+			fv, err := headerValue(e)
+			if err != nil {
+				return nil, fmt.Errorf("%q: %w", k, err)
+			}
+			t[k] = fv
+		}
+		return t, nil
+	}
+	return nil, fmt.Errorf("a header value of type %T cannot be published", v)
+}
+
+// backoffDelay doubles from lo per failure, capped at hi.
+func backoffDelay(failures int, lo, hi time.Duration) time.Duration {
+	d := lo
+	for i := 1; i < failures && d < hi; i++ {
+		d *= 2
+	}
+	return min(d, hi)
+}
+
+// sleepFor waits d and reports whether ctx is still live.
+func sleepFor(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

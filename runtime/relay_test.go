@@ -1,0 +1,649 @@
+package runtime
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/acemq/acemq-flow/runtime/broker"
+	"github.com/acemq/acemq-flow/stores"
+	"github.com/acemq/acemq-flow/stores/postgres"
+	"github.com/acemq/acemq-flow/stores/sqlite"
+	"github.com/acemq/acemq-flow/test/testenv"
+)
+
+// relayEnv is one relay test's broker: a prefix of its own, a topology
+// connection, and everything declared deleted in t.Cleanup.
+type relayEnv struct {
+	t    *testing.T
+	url  string
+	ns   string
+	topo *broker.Topology
+	log  *slog.Logger
+	logs *strings.Builder
+	mu   sync.Mutex
+}
+
+func newRelayEnv(t *testing.T) *relayEnv {
+	t.Helper()
+	e := &relayEnv{t: t, url: testenv.AMQP(t), ns: testenv.Names(t), logs: &strings.Builder{}}
+	e.log = slog.New(slog.NewTextHandler(lockedWriter{e}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	e.topo = broker.NewTopology(e.conn("topology"), e.log)
+	t.Cleanup(func() { e.topo.Close() })
+	t.Cleanup(func() {
+		if t.Failed() {
+			e.mu.Lock()
+			t.Logf("logs:\n%s", e.logs.String())
+			e.mu.Unlock()
+		}
+	})
+	return e
+}
+
+type lockedWriter struct{ e *relayEnv }
+
+func (w lockedWriter) Write(p []byte) (int, error) {
+	w.e.mu.Lock()
+	defer w.e.mu.Unlock()
+	return w.e.logs.Write(p)
+}
+
+func (e *relayEnv) conn(role string) *broker.Conn {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := broker.Open(ctx, e.url, broker.ConnOptions{Name: e.ns + "-" + role, Log: e.log})
+	if err != nil {
+		e.t.Fatalf("broker.Open(%s): %v", role, err)
+	}
+	e.t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func (e *relayEnv) publisher(role string) *broker.Publisher {
+	e.t.Helper()
+	p, err := broker.OpenPublisher(e.t.Context(), e.conn(role), broker.PublisherOptions{Log: e.log})
+	if err != nil {
+		e.t.Fatalf("OpenPublisher: %v", err)
+	}
+	e.t.Cleanup(func() { p.Close() })
+	return p
+}
+
+func (e *relayEnv) queue(name string) string {
+	e.t.Helper()
+	q := e.ns + "-" + name
+	if err := e.topo.DeclareQueue(e.t.Context(), broker.Queue{Name: q, Durable: true, Args: map[string]any{"x-queue-type": "quorum"}}); err != nil {
+		e.t.Fatalf("DeclareQueue(%s): %v", q, err)
+	}
+	e.t.Cleanup(func() { e.topo.DeleteQueue(context.Background(), q) })
+	return q
+}
+
+func (e *relayEnv) exchange(name string) string {
+	e.t.Helper()
+	x := e.ns + "-" + name
+	if err := e.topo.DeclareExchange(e.t.Context(), broker.Exchange{Name: x, Kind: "direct", Durable: true}); err != nil {
+		e.t.Fatalf("DeclareExchange(%s): %v", x, err)
+	}
+	e.t.Cleanup(func() { e.topo.DeleteExchange(context.Background(), x) })
+	return x
+}
+
+// consume delivers every message of queue on the returned channel until the
+// test ends; deliveries are acknowledged.
+func (e *relayEnv) consume(queue string) <-chan amqp.Delivery {
+	e.t.Helper()
+	c, err := amqp.DialConfig(e.url, amqp.Config{Properties: amqp.Table{"connection_name": e.ns + "-consume"}})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { c.Close() })
+	ch, err := c.Channel()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	dels, err := ch.Consume(queue, "", true, false, false, false, nil)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return dels
+}
+
+// receive takes n deliveries, failing the test after 30s.
+func receive(t *testing.T, dels <-chan amqp.Delivery, n int) []amqp.Delivery {
+	t.Helper()
+	var out []amqp.Delivery
+	timeout := time.After(30 * time.Second)
+	for len(out) < n {
+		select {
+		case d := <-dels:
+			out = append(out, d)
+		case <-timeout:
+			t.Fatalf("received %d of %d messages within 30s", len(out), n)
+		}
+	}
+	return out
+}
+
+// runRelay runs r until the test ends or the returned stop is called; stop
+// waits for Run to return.
+func runRelay(t *testing.T, r *Relay) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Relay.Run: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// watchedStore reports what the relay does to the outbox.
+type watchedStore struct {
+	relayStore
+	claimed chan int     // records per ClaimBatch
+	marked  chan []int64 // ids per successful MarkPublished
+	failed  chan bool    // stuck, per successful MarkFailed
+	// beforeMark, when set, runs before each MarkPublished; an error it
+	// returns is the mark's outcome.
+	beforeMark func(ids []int64) error
+}
+
+func watch(s relayStore) *watchedStore {
+	return &watchedStore{relayStore: s, claimed: make(chan int, 10000), marked: make(chan []int64, 10000), failed: make(chan bool, 10000)}
+}
+
+func (w *watchedStore) ClaimBatch(ctx context.Context, owner string, n int, lease time.Duration) ([]stores.OutboxRecord, error) {
+	recs, err := w.relayStore.ClaimBatch(ctx, owner, n, lease)
+	if err == nil {
+		w.claimed <- len(recs)
+	}
+	return recs, err
+}
+
+func (w *watchedStore) MarkPublished(ctx context.Context, ids []int64, owner string) error {
+	if w.beforeMark != nil {
+		if err := w.beforeMark(ids); err != nil {
+			return err
+		}
+	}
+	err := w.relayStore.MarkPublished(ctx, ids, owner)
+	if err == nil {
+		w.marked <- ids
+	}
+	return err
+}
+
+func (w *watchedStore) MarkFailed(ctx context.Context, id int64, owner, reason string) (bool, error) {
+	stuck, err := w.relayStore.MarkFailed(ctx, id, owner, reason)
+	if err == nil {
+		w.failed <- stuck
+	}
+	return stuck, err
+}
+
+// nextClaim returns the size of the relay's next claim.
+func nextClaim(t *testing.T, ws *watchedStore) int {
+	t.Helper()
+	select {
+	case n := <-ws.claimed:
+		return n
+	case <-time.After(30 * time.Second):
+		t.Fatal("the relay claimed nothing for 30s")
+		return 0
+	}
+}
+
+// waitMarked waits until n records in all were marked published.
+func waitMarked(t *testing.T, marked <-chan []int64, n int) {
+	t.Helper()
+	got := 0
+	timeout := time.After(60 * time.Second)
+	for got < n {
+		select {
+		case ids := <-marked:
+			got += len(ids)
+		case <-timeout:
+			t.Fatalf("%d of %d records marked published within 60s", got, n)
+		}
+	}
+}
+
+// addSQLite writes recs in one transaction on the store's file.
+func addSQLite(t *testing.T, s *sqlite.Store, recs ...stores.OutboxRecord) {
+	t.Helper()
+	tx, err := s.DB().BeginTx(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range recs {
+		if _, err := s.Outbox().Add(t.Context(), tx, r); err != nil {
+			tx.Rollback()
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// addPostgres writes recs in one transaction.
+func addPostgres(t testing.TB, s *postgres.Store, recs ...stores.OutboxRecord) {
+	t.Helper()
+	err := pgx.BeginFunc(context.Background(), s.Pool(), func(tx pgx.Tx) error {
+		for _, r := range recs {
+			if _, err := s.Outbox().Add(context.Background(), tx, r); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func records(n int, queue string) []stores.OutboxRecord {
+	out := make([]stores.OutboxRecord, n)
+	for i := range out {
+		out[i] = stores.OutboxRecord{RoutingKey: queue, Body: fmt.Appendf(nil, `{"order":%d}`, i),
+			ContentType: "application/json", Properties: stores.Properties{MessageID: fmt.Sprint("o-", i)}}
+	}
+	return out
+}
+
+// heldPublisher passes publishes through, but holds each outcome until
+// release is closed, reporting on confirmed when the broker answered.
+type heldPublisher struct {
+	inner     *broker.Publisher
+	release   chan struct{}
+	confirmed chan error
+	wg        sync.WaitGroup
+}
+
+func (h *heldPublisher) PublishFunc(ctx context.Context, msg broker.Message, done func(error)) error {
+	return h.inner.PublishFunc(ctx, msg, func(err error) {
+		h.confirmed <- err
+		h.wg.Go(func() {
+			<-h.release
+			done(err)
+		})
+	})
+}
+
+func TestRelayPublishesBytesUnchangedAndMarksOnlyAfterConfirm(t *testing.T) {
+	e := newRelayEnv(t)
+	q := e.queue("out")
+	dels := e.consume(q)
+	st := sqlite.OpenTest(t, stores.Options{})
+
+	binary := []byte{0x00, 0xff, 0xfe, '{', '"', 0x80, 0x0a, 0xc3, 0x28}
+	jsonString := []byte(`"already encoded \"json\" text"`)
+	ts := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	recs := []stores.OutboxRecord{
+		{RoutingKey: q, Body: binary, ContentType: "application/octet-stream", Properties: stores.Properties{
+			MessageID: "bin-1", CorrelationID: "c-7", ReplyTo: "replies", Type: "blob.stored", AppID: "billing",
+			ContentEncoding: "identity", Expiration: "600000", Priority: 3, DeliveryMode: 2, Timestamp: ts.Unix(),
+			Headers: map[string]any{
+				"x-tenant": "acme", "x-version": 3, "x-ratio": 1.5, "x-flag": true, "x-none": nil,
+				"x-big": int64(1) << 60, "x-list": []any{1, "a", false}, "x-nested": map[string]any{"k": "v", "n": 2},
+			},
+		}},
+		{RoutingKey: q, Body: jsonString, ContentType: "application/json", Properties: stores.Properties{MessageID: "json-1"}},
+		{RoutingKey: q, Body: []byte{}, Properties: stores.Properties{MessageID: "empty-1"}},
+	}
+	addSQLite(t, st, recs...)
+
+	ws := watch(st)
+	pub := &heldPublisher{inner: e.publisher("relay"), release: make(chan struct{}), confirmed: make(chan error, 10)}
+	var released sync.Once
+	release := func() { released.Do(func() { close(pub.release) }) }
+	t.Cleanup(func() {
+		release()
+		pub.wg.Wait()
+	})
+	r, err := NewRelay(ws, pub, RelayOptions{Poll: 10 * time.Millisecond, Log: e.log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runRelay(t, r)
+
+	got := receive(t, dels, len(recs))
+	for range recs {
+		if err := <-pub.confirmed; err != nil {
+			t.Fatalf("publish outcome %v, want confirmed and routed", err)
+		}
+	}
+	// Confirmed by the broker, outcome not yet delivered to the relay:
+	// nothing may be marked.
+	pending, err := st.ListPending(t.Context(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pending) != len(recs) {
+		t.Fatalf("before the relay saw the confirms, %d records pending, want %d (marked before confirm?)", len(pending), len(recs))
+	}
+	release()
+	waitMarked(t, ws.marked, len(recs))
+	if pending, _ := st.ListPending(t.Context(), 0); len(pending) != 0 {
+		t.Errorf("after the confirms, %d records still pending, want 0", len(pending))
+	}
+
+	byID := map[string]amqp.Delivery{}
+	for _, d := range got {
+		byID[d.MessageId] = d
+	}
+	d := byID["bin-1"]
+	if !bytes.Equal(d.Body, binary) {
+		t.Errorf("binary body arrived as %x, want %x", d.Body, binary)
+	}
+	wantHeaders := amqp.Table{
+		"x-tenant": "acme", "x-version": int64(3), "x-ratio": 1.5, "x-flag": true, "x-none": nil,
+		"x-big": int64(1) << 60, "x-list": []any{int64(1), "a", false}, "x-nested": amqp.Table{"k": "v", "n": int64(2)},
+	}
+	if !reflect.DeepEqual(d.Headers, wantHeaders) {
+		t.Errorf("headers arrived as %#v, want %#v", d.Headers, wantHeaders)
+	}
+	props := []struct{ name, got, want string }{
+		{"content_type", d.ContentType, "application/octet-stream"},
+		{"correlation_id", d.CorrelationId, "c-7"},
+		{"reply_to", d.ReplyTo, "replies"},
+		{"type", d.Type, "blob.stored"},
+		{"app_id", d.AppId, "billing"},
+		{"content_encoding", d.ContentEncoding, "identity"},
+		{"expiration", d.Expiration, "600000"},
+		{"priority", fmt.Sprint(d.Priority), "3"},
+		{"delivery_mode", fmt.Sprint(d.DeliveryMode), "2"},
+		{"timestamp", d.Timestamp.UTC().String(), ts.String()},
+	}
+	for _, p := range props {
+		if p.got != p.want {
+			t.Errorf("property %s arrived as %q, want %q", p.name, p.got, p.want)
+		}
+	}
+	// The double-encoding bug: a JSON text must not become a JSON string of
+	// itself.
+	if d := byID["json-1"]; !bytes.Equal(d.Body, jsonString) || d.ContentType != "application/json" {
+		t.Errorf("JSON body arrived as %q (%s), want %q unchanged", d.Body, d.ContentType, jsonString)
+	}
+	if d := byID["empty-1"]; len(d.Body) != 0 || d.DeliveryMode != amqp.Persistent {
+		t.Errorf("empty record arrived with body %q and delivery mode %d, want empty and persistent", d.Body, d.DeliveryMode)
+	}
+}
+
+func TestRelayUnroutableRecordBecomesStuck(t *testing.T) {
+	e := newRelayEnv(t)
+	x := e.exchange("orders") // nothing bound
+	const limit = 3
+	st := sqlite.OpenTest(t, stores.Options{OutboxMaxAttempts: limit, OutboxRetryDelay: time.Millisecond})
+	addSQLite(t, st, stores.OutboxRecord{Exchange: x, RoutingKey: "order.placed", Body: []byte(`{}`),
+		Properties: stores.Properties{MessageID: "o-1"}})
+
+	ws := watch(st)
+	r, err := NewRelay(ws, e.publisher("relay"), RelayOptions{Poll: 5 * time.Millisecond, Exchanges: e.topo, Log: e.log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runRelay(t, r)
+	for i := 1; i <= limit; i++ {
+		select {
+		case stuck := <-ws.failed:
+			if stuck != (i == limit) {
+				t.Fatalf("failure %d: stuck = %v, want %v", i, stuck, i == limit)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("failure %d of the unroutable record not recorded within 30s", i)
+		}
+	}
+	// A stuck record is no longer handed out: it was claimed once per
+	// attempt, and further claims find nothing.
+	handed := 0
+	for drained := false; !drained; {
+		select {
+		case n := <-ws.claimed:
+			handed += n
+		default:
+			drained = true
+		}
+	}
+	if handed != limit {
+		t.Errorf("the record was handed out %d times, want %d", handed, limit)
+	}
+	for range 3 {
+		if n := nextClaim(t, ws); n != 0 {
+			t.Fatalf("a claim after the record got stuck returned %d records, want 0", n)
+		}
+	}
+	stuck, err := st.ListStuck(t.Context(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(stuck) != 1 || stuck[0].Attempts != limit || !strings.Contains(stuck[0].LastError, "reached no queue") {
+		t.Fatalf("ListStuck = %+v, want the record with %d attempts and an unroutable reason", stuck, limit)
+	}
+	if pending, _ := st.ListPending(t.Context(), 0); len(pending) != 0 {
+		t.Errorf("ListPending = %d records, want 0 (stuck records are listed apart)", len(pending))
+	}
+	if s := r.Stats(); s.Published != 0 || s.Failed != limit || s.Stuck != 1 {
+		t.Errorf("Stats() = %+v, want 0 published, %d failed, 1 stuck", s, limit)
+	}
+}
+
+func TestRelayMissingExchangeFailsOnlyItsRecord(t *testing.T) {
+	e := newRelayEnv(t)
+	q := e.queue("out")
+	dels := e.consume(q)
+	st := sqlite.OpenTest(t, stores.Options{})
+	recs := records(20, q)
+	// In the middle of the batch, a record for an exchange nobody declared.
+	recs[10] = stores.OutboxRecord{Exchange: e.ns + "-missing", RoutingKey: "k", Body: []byte(`{}`), Properties: stores.Properties{MessageID: "lost-1"}}
+	addSQLite(t, st, recs...)
+
+	ws := watch(st)
+	pub := e.publisher("relay")
+	r, err := NewRelay(ws, pub, RelayOptions{Poll: 5 * time.Millisecond, Exchanges: e.topo, Log: e.log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runRelay(t, r)
+	receive(t, dels, 19)
+	waitMarked(t, ws.marked, 19)
+	if stuck := <-ws.failed; stuck {
+		t.Error("the first failure of the record marked it stuck")
+	}
+	if s := pub.Stats(); s.Channels != 1 || s.Indeterminate != 0 {
+		t.Errorf("publisher stats %+v: want one channel and no indeterminate publish (the missing exchange must not close the channel)", s)
+	}
+}
+
+// TestRelayTwoRelaysNeverPublishARowTwice runs two relays, each with its own
+// store pool and broker connection, on one PostgreSQL outbox. In a steady
+// state (no relay dies, no lease expires) every record is published exactly
+// once.
+func TestRelayTwoRelaysNeverPublishARowTwice(t *testing.T) {
+	e := newRelayEnv(t)
+	q := e.queue("out")
+	u := postgres.TestURL(t)
+	sa := postgres.OpenTestURL(t, u, stores.Options{})
+	if err := sa.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	sb := postgres.OpenTestURL(t, u, stores.Options{})
+	const n = 1000
+	addPostgres(t, sa, records(n, q)...)
+
+	marked := make(chan []int64, 1000)
+	var relays []*Relay
+	var stops []func()
+	for i, s := range []*postgres.Store{sa, sb} {
+		ws := watch(s)
+		ws.marked = marked
+		r, err := NewRelay(ws, e.publisher(fmt.Sprint("relay-", i)), RelayOptions{Batch: 50, Poll: 5 * time.Millisecond, Log: e.log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		relays = append(relays, r)
+		stops = append(stops, runRelay(t, r))
+	}
+	waitMarked(t, marked, n)
+	for _, stop := range stops {
+		stop()
+	}
+	var published, left, lost int64
+	for _, r := range relays {
+		s := r.Stats()
+		published, left, lost = published+s.Published, left+s.Left, lost+s.LeaseLost
+		t.Logf("relay %s: %+v", r.Owner(), s)
+	}
+	if published != n || left != 0 || lost != 0 {
+		t.Errorf("relays published %d, left %d, lost the lease on %d; want %d, 0, 0", published, left, lost, n)
+	}
+	testenv.Eventually(t, 20*time.Second, func() error {
+		d, err := e.topo.Depth(context.Background(), q)
+		if err != nil || d != n {
+			return fmt.Errorf("queue %s holds %d messages (%v), want exactly %d", q, d, err, n)
+		}
+		return nil
+	})
+	seen := map[string]int{}
+	for _, d := range receive(t, e.consume(q), n) {
+		seen[d.MessageId]++
+	}
+	for id, c := range seen {
+		if c != 1 {
+			t.Errorf("message %s published %d times, want once", id, c)
+		}
+	}
+	if len(seen) != n {
+		t.Errorf("%d distinct messages, want %d", len(seen), n)
+	}
+}
+
+// TestRelayKilledMidBatchIsTakenOverAfterLease kills a relay when its first
+// marks are due (its context ends and the store refuses everything after),
+// so the records it published stay unmarked under its lease. Another relay
+// gets nothing until the lease has passed on the store's clock, then
+// publishes every record: none lost, those the first relay published twice.
+func TestRelayKilledMidBatchIsTakenOverAfterLease(t *testing.T) {
+	e := newRelayEnv(t)
+	q := e.queue("out")
+	dels := e.consume(q)
+	clock := newFakeClock()
+	st := postgres.OpenTest(t, stores.Options{Now: clock.Now})
+	const n, lease = 200, 15 * time.Second
+	addPostgres(t, st, records(n, q)...)
+
+	killed := watch(st)
+	ctx, cancel := context.WithCancel(context.Background())
+	var dead sync.Once
+	deadErr := errors.New("the relay process was killed")
+	killed.beforeMark = func([]int64) error {
+		dead.Do(cancel)
+		return deadErr
+	}
+	first, err := NewRelay(killed, e.publisher("first"), RelayOptions{Owner: "first", Lease: lease, Poll: 5 * time.Millisecond, Log: e.log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s1 := first.Stats()
+	if s1.Claimed == 0 || s1.Published != 0 || s1.Left != s1.Claimed {
+		t.Fatalf("killed relay: %+v; want records claimed, none marked published, all left to their lease", s1)
+	}
+	pending, err := st.ListPending(t.Context(), 0)
+	if err != nil || len(pending) != n {
+		t.Fatalf("after the kill ListPending = %d records (%v), want all %d", len(pending), err, n)
+	}
+
+	ws := watch(st)
+	second, err := NewRelay(ws, e.publisher("second"), RelayOptions{Owner: "second", Lease: lease, Poll: 5 * time.Millisecond, Log: e.log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runRelay(t, second)
+	// While the lease holds, the second relay gets only what the first never
+	// claimed.
+	unclaimed := 0
+	for _, rec := range pending {
+		if rec.LeaseOwner != "first" {
+			unclaimed++
+		}
+	}
+	if unclaimed == n {
+		t.Fatal("after the kill no record is leased to the killed relay")
+	}
+	got := 0
+	for got < unclaimed {
+		got += nextClaim(t, ws)
+	}
+	if c := nextClaim(t, ws); c != 0 {
+		t.Fatalf("the second relay claimed %d records still leased to the first", c)
+	}
+	clock.Advance(lease + time.Second)
+	waitMarked(t, ws.marked, n)
+
+	// Every record arrives at least once; those the first relay published
+	// arrive twice, which idempotent consumers absorb.
+	seen := map[string]bool{}
+	timeout := time.After(30 * time.Second)
+	for len(seen) < n {
+		select {
+		case d := <-dels:
+			seen[d.MessageId] = true
+		case <-timeout:
+			t.Fatalf("%d of %d records arrived within 30s", len(seen), n)
+		}
+	}
+	if pending, _ := st.ListPending(t.Context(), 0); len(pending) != 0 {
+		t.Errorf("after the takeover %d records pending, want 0", len(pending))
+	}
+}
+
+func TestRelayHeaderValues(t *testing.T) {
+	cases := []struct {
+		name string
+		in   any
+		want any
+	}{
+		{"an integer is a signed 64-bit integer", jsonNumber("42"), int64(42)},
+		{"a negative integer stays negative", jsonNumber("-7"), int64(-7)},
+		{"a fraction is a double", jsonNumber("1.25"), 1.25},
+		{"an integer too large for 64 bits is a double", jsonNumber("18446744073709551616"), 18446744073709551616.0},
+		{"a number no double holds keeps its text", jsonNumber("1e400"), "1e400"},
+		{"a string stays a string, even a numeric one", "007", "007"},
+		{"null is void", nil, nil},
+		{"an array is a field array", []any{jsonNumber("1"), "x"}, []any{int64(1), "x"}},
+		{"an object is a table", map[string]any{"a": map[string]any{}}, amqp.Table{"a": amqp.Table{}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := headerValue(tc.in)
+			if err != nil || !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("headerValue(%#v) = %#v, %v; want %#v", tc.in, got, err, tc.want)
+			}
+		})
+	}
+}
+
+func jsonNumber(s string) any { return json.Number(s) }
