@@ -4,6 +4,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -32,6 +33,38 @@ func TestConsumersCommandSteersTheRunningRuntime(t *testing.T) {
 		t.Fatalf("send without PATH: exit %d\nstdout %s\nstderr %s", code, out, errOut)
 	}
 
+	for range 4 {
+		if _, errOut, code := cli(t, "send", "--admin", addr, "--amqp", url, "--pipeline", "hops", "--data", `{}`, "--wait", "30s"); code != 0 {
+			t.Fatalf("send: exit %d: %s", code, errOut)
+		}
+	}
+	vhost := testenv.VHostOf(url)
+	brokerConsumers := func(queue string) (n int, prefetch []string) {
+		out := testenv.Rabbitmqctl(t, "list_consumers", "-p", vhost, "-q", "--no-table-headers", "queue_name", "prefetch_count")
+		for _, line := range strings.Split(out, "\n") {
+			f := strings.Fields(line)
+			if len(f) == 2 && f[0] == queue {
+				n++
+				prefetch = append(prefetch, f[1])
+			}
+		}
+		return n, prefetch
+	}
+	for _, size := range []int{4, 1, 4} {
+		if _, errOut, code := cli(t, "consumers", "scale", "hops.a", strconv.Itoa(size), "--admin", addr); code != 0 {
+			t.Fatalf("scale %d: exit %d: %s", size, code, errOut)
+		}
+		if n, _ := brokerConsumers("hops.a"); n != size {
+			t.Errorf("after scale %d the broker shows %d consumers on hops.a", size, n)
+		}
+	}
+	if _, errOut, code := cli(t, "consumers", "prefetch", "hops.a", "9", "--admin", addr); code != 0 {
+		t.Fatalf("prefetch: exit %d: %s", code, errOut)
+	}
+	if _, pf := brokerConsumers("hops.a"); len(pf) != 4 || strings.Count(strings.Join(pf, " "), "9") != 4 {
+		t.Errorf("after prefetch 9 the broker shows prefetch counts %v on hops.a", pf)
+	}
+
 	steps := []struct {
 		args []string
 		code int
@@ -54,7 +87,7 @@ func TestConsumersCommandSteersTheRunningRuntime(t *testing.T) {
 		}
 	}
 	out, _, _ = cli(t, "consumers", "list", "--admin", addr, "--format", "json")
-	for _, want := range []string{`"id": "hops.a"`, `"size": 2`, `"prefetch": 5`, `"acknowledged": 1`} {
+	for _, want := range []string{`"id": "hops.a"`, `"size": 2`, `"prefetch": 5`, `"acknowledged": 5`} {
 		if !strings.Contains(out, want) {
 			t.Errorf("consumers list --format json lacks %s:\n%s", want, out)
 		}
@@ -65,7 +98,7 @@ func TestConsumersCommandSteersTheRunningRuntime(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if !strings.Contains(string(body), `acemq_messages_total{consumer="hops.c",outcome="acknowledged"} 1`) {
+	if !strings.Contains(string(body), `acemq_messages_total{consumer="hops.c",outcome="acknowledged"} 5`) {
 		t.Errorf("/metrics lacks the completed message:\n%s", body)
 	}
 	if strings.Contains(string(body), "guest:guest") {
