@@ -128,3 +128,30 @@ func Eventually(t testing.TB, deadline time.Duration, check func() error) {
 
 // Errorf is fmt.Errorf, here so that checks passed to Eventually read short.
 func Errorf(format string, args ...any) error { return fmt.Errorf(format, args...) }
+
+// PostgresSchema returns a PostgreSQL URL whose search_path is a schema of
+// the test's own, created now and dropped (with its tables) in t.Cleanup.
+func PostgresSchema(t testing.TB) string {
+	t.Helper()
+	raw := Postgres(t)
+	schema := strings.ReplaceAll(Names(t), "-", "_")
+	psql := func(sql string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, "psql", raw, "-v", "ON_ERROR_STOP=1", "-c", sql).CombinedOutput()
+		if err != nil {
+			t.Fatalf("psql %s: %v\n%s", sql, err, out)
+		}
+	}
+	psql(fmt.Sprintf("CREATE SCHEMA %q", schema))
+	t.Cleanup(func() { psql(fmt.Sprintf("DROP SCHEMA %q CASCADE", schema)) })
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
