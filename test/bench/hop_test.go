@@ -21,6 +21,7 @@ import (
 
 	"github.com/acemq/acemq-flow/runtime"
 	"github.com/acemq/acemq-flow/spec"
+	"github.com/acemq/acemq-flow/stores"
 	"github.com/acemq/acemq-flow/test/testenv"
 )
 
@@ -150,15 +151,15 @@ plugins:
 pipelines:
   - name: PIPE
     steps:
-      - {name: a, handler: HANDLER, prefetch: 256, concurrency: 16, retry: {max_attempts: 1}, auto_startup: false}
+      - {name: a, handler: HANDLER, prefetch: 256, concurrency: 16, retry: {max_attempts: 1}, auto_startup: false, idempotent: IDEM}
       - {name: b, handler: testkit.echo, auto_startup: false}
 `
 
 // runtimeHop runs the runtime over a pre-filled step queue and measures
 // how fast step a moves every message to step b's queue.
-func runtimeHop(b *testing.B, url, pipe, handler, testkit string, inprocess bool, n int) float64 {
+func runtimeHop(b *testing.B, url, pipe, handler, testkit string, inprocess bool, store stores.Idempotency, n int) float64 {
 	flow := hopFlow
-	for k, v := range map[string]string{"PIPE": pipe, "HANDLER": handler, "TESTKIT": testkit} {
+	for k, v := range map[string]string{"PIPE": pipe, "HANDLER": handler, "TESTKIT": testkit, "IDEM": fmt.Sprint(store != nil)} {
 		flow = strings.ReplaceAll(flow, k, v)
 	}
 	dir := b.TempDir()
@@ -173,7 +174,7 @@ func runtimeHop(b *testing.B, url, pipe, handler, testkit string, inprocess bool
 	if err != nil {
 		b.Fatal(err)
 	}
-	opts := runtime.Options{AMQPURL: url}
+	opts := runtime.Options{AMQPURL: url, Store: store}
 	if inprocess {
 		opts.Handlers = map[string]runtime.HandlerFunc{handler: func(_ context.Context, r runtime.Request) (runtime.Result, error) {
 			return runtime.Result{Payload: r.Payload}, nil
@@ -243,7 +244,8 @@ func buildTestkit(b *testing.B) string {
 	return out
 }
 
-// BenchmarkHop prints hop-raw, hop-inprocess and hop-plugin, each the
+// BenchmarkHop prints hop-raw, hop-inprocess, hop-plugin and (with
+// PostgreSQL) hop-idempotent, each the
 // median of three runs of 5,000 1 KiB messages on quorum queues, prefetch
 // 256, with the ratios against the raw hop.
 func BenchmarkHop(b *testing.B) {
@@ -255,18 +257,36 @@ func BenchmarkHop(b *testing.B) {
 	}
 	defer conn.Close()
 	ch, _ := conn.Channel()
-	var raw, inproc, plugin []float64
+	var raw, inproc, plugin, idem []float64
+	var store stores.Set
+	if os.Getenv(testenv.PostgresEnv) != "" {
+		st, err := stores.Open(context.Background(), testenv.PostgresSchema(b), stores.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer st.Close()
+		if err := st.Migrate(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		store = st
+	}
 	for r := range rounds {
 		src, dst := fmt.Sprintf("raw%d.src", r), fmt.Sprintf("raw%d.dst", r)
 		quorum(b, ch, src)
 		quorum(b, ch, dst)
 		fill(b, ch, "", src, messages)
 		raw = append(raw, rawHop(b, url, src, dst, messages))
-		inproc = append(inproc, runtimeHop(b, url, fmt.Sprintf("inproc%d", r), "testkit.noop", testkit, true, messages))
-		plugin = append(plugin, runtimeHop(b, url, fmt.Sprintf("plugin%d", r), "testkit.echo", testkit, false, messages))
+		inproc = append(inproc, runtimeHop(b, url, fmt.Sprintf("inproc%d", r), "testkit.noop", testkit, true, nil, messages))
+		plugin = append(plugin, runtimeHop(b, url, fmt.Sprintf("plugin%d", r), "testkit.echo", testkit, false, nil, messages))
+		if store != nil {
+			idem = append(idem, runtimeHop(b, url, fmt.Sprintf("idem%d", r), "testkit.noop", testkit, true, store, messages))
+		}
 	}
 	rawM := median(raw)
 	fmt.Printf("bench: hop-raw %.0f msgs/s\n", rawM)
 	fmt.Printf("bench: hop-inprocess %.0f msgs/s raw=%.0f ratio=%.2f\n", median(inproc), rawM, median(inproc)/rawM)
 	fmt.Printf("bench: hop-plugin %.0f msgs/s raw=%.0f ratio=%.2f\n", median(plugin), rawM, median(plugin)/rawM)
+	if len(idem) > 0 {
+		fmt.Printf("bench: hop-idempotent %.0f msgs/s raw=%.0f ratio=%.2f\n", median(idem), rawM, median(idem)/rawM)
+	}
 }
