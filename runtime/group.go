@@ -102,7 +102,7 @@ func (g *group) add() {
 	ctx, cancel := context.WithCancel(g.r.runCtx)
 	m := &member{cancel: cancel, done: make(chan struct{}),
 		bc: broker.NewConsumer(g.r.consume, broker.ConsumerOptions{Queue: g.c.Queue, Tag: g.c.ID, Prefetch: g.prefetch,
-			Concurrency: 1, DrainTimeout: g.r.opts.DrainTimeout, Log: g.log})}
+			Concurrency: 1, DrainTimeout: g.r.opts.DrainTimeout, Log: g.r.log.With("flow", g.c.Flow)})}
 	g.members = append(g.members, m)
 	g.r.wg.Go(func() {
 		defer close(m.done)
