@@ -111,6 +111,9 @@ type Relay struct {
 	claimed, published, failed, stuck, left, leaseLost atomic.Int64
 }
 
+// relayClaimers is how many claims a relay has in flight at once.
+const relayClaimers = 2
+
 // relayExchangeTTL is how long an exchange found to exist is trusted.
 const relayExchangeTTL = time.Minute
 
@@ -143,7 +146,7 @@ func NewRelay(store relayStore, pub relayPublisher, opts RelayOptions) (*Relay, 
 	return &Relay{
 		store: store, pub: pub, opts: opts,
 		log:      opts.Log.With("relay", opts.Owner),
-		maxRows:  int64(3 * opts.Batch),
+		maxRows:  int64(relayClaimers * 4 * opts.Batch),
 		freed:    make(chan struct{}, 1),
 		exSeenAt: map[string]time.Time{},
 	}, nil
@@ -196,7 +199,15 @@ func (r *Relay) Run(ctx context.Context) error {
 	total := make(chan int64, 1)
 	var wg sync.WaitGroup
 	wg.Go(func() { r.markLoop(ctx, drainCtx, results, total) })
-	total <- r.claimLoop(ctx, drainCtx, results)
+	// Claims are the relay's longest round trips (a write of Batch rows and
+	// a commit); several in flight keep the publisher busy while one waits.
+	var claimed atomic.Int64
+	var claimers sync.WaitGroup
+	for range relayClaimers {
+		claimers.Go(func() { claimed.Add(r.claimLoop(ctx, drainCtx, results)) })
+	}
+	claimers.Wait()
+	total <- claimed.Load()
 	wg.Wait()
 	st := r.Stats()
 	r.log.Info("relay stopped", "published", st.Published, "failed", st.Failed, "stuck", st.Stuck, "left", st.Left)
@@ -209,18 +220,13 @@ func (r *Relay) claimLoop(ctx, drainCtx context.Context, results chan<- relayRes
 	var total int64
 	batch := int64(r.opts.Batch)
 	for failures := 0; ctx.Err() == nil; {
-		// Claim no further ahead than a few batches: records wait under a
-		// lease only while the broker and the marks keep up.
-		for r.inflight.Load()+batch > r.maxRows {
-			select {
-			case <-r.freed:
-			case <-ctx.Done():
-				return total
-			}
+		if !r.reserve(ctx, batch) {
+			return total
 		}
 		// Not cut short by ctx: a claim cancelled mid-statement may still
 		// commit, leaving records leased to nobody until the lease ends.
 		recs, err := r.store.ClaimBatch(drainCtx, r.opts.Owner, r.opts.Batch, r.opts.Lease)
+		r.release(int(batch) - len(recs))
 		if err != nil {
 			if ctx.Err() != nil {
 				break
@@ -239,7 +245,6 @@ func (r *Relay) claimLoop(ctx, drainCtx context.Context, results chan<- relayRes
 		}
 		failures = 0
 		r.claimed.Add(int64(len(recs)))
-		r.inflight.Add(int64(len(recs)))
 		total += int64(len(recs))
 		checked := map[string]error{}
 		for i := range recs {
@@ -430,7 +435,29 @@ func (r *Relay) markPublished(ctx, drainCtx context.Context, recs []*stores.Outb
 	}
 }
 
-// release returns n settled records' room to the claim loop.
+// reserve waits for room for n more unsettled records and takes it.
+// Claiming no further ahead than a few batches keeps records under a lease
+// only while the broker and the marks keep up, and bounds the results a
+// publisher callback may have to queue.
+func (r *Relay) reserve(ctx context.Context, n int64) bool {
+	for {
+		cur := r.inflight.Load()
+		if cur+n <= r.maxRows {
+			if r.inflight.CompareAndSwap(cur, cur+n) {
+				return true
+			}
+			continue
+		}
+		select {
+		case <-r.freed:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// release returns n settled (or never claimed) records' room to the claim
+// loops.
 func (r *Relay) release(n int) {
 	r.inflight.Add(-int64(n))
 	select {

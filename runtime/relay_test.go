@@ -7,7 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"reflect"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -647,3 +650,199 @@ func TestRelayHeaderValues(t *testing.T) {
 }
 
 func jsonNumber(s string) any { return json.Number(s) }
+
+// BenchmarkRelay compares the outbox relay with raw amqp091-go publishing
+// the same messages (1 KiB bodies, persistent, mandatory, to one quorum
+// queue) with pipelined confirms and the same window. The relay reads the
+// records from the store ACEMQ_BENCH_STORE names ("postgres", the default,
+// on ACEMQ_TEST_POSTGRES_URL; or "sqlite", a file under the test's temporary
+// directory), publishes them and marks them published; its rate counts until
+// the last mark. It prints the medians of three rounds:
+//
+//	bench: publish-raw <n> msgs/s
+//	bench: relay <n> msgs/s raw=<n> ratio=<x.xx>
+func BenchmarkRelay(b *testing.B) {
+	url := testenv.AMQP(b)
+	ns := testenv.Names(b)
+	const (
+		n      = 5000
+		rounds = 3
+		window = 256
+	)
+	ctx := context.Background()
+	conn, err := broker.Open(ctx, url, broker.ConnOptions{Name: ns + "-relay"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { conn.Close() })
+	topo := broker.NewTopology(conn, nil)
+	b.Cleanup(func() { topo.Close() })
+	q := ns + "-out"
+	if err := topo.DeclareQueue(ctx, broker.Queue{Name: q, Durable: true, Args: map[string]any{"x-queue-type": "quorum"}}); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { topo.DeleteQueue(context.Background(), q) })
+	pub, err := broker.OpenPublisher(ctx, conn, broker.PublisherOptions{Window: window})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { pub.Close() })
+
+	kind, store, add := benchStore(b)
+	b.Logf("relay store: %s", kind)
+	body := make([]byte, 1024)
+	recs := make([]stores.OutboxRecord, n)
+	for i := range recs {
+		recs[i] = stores.OutboxRecord{RoutingKey: q, Body: body, ContentType: "application/octet-stream",
+			Properties: stores.Properties{MessageID: fmt.Sprint("o-", i)}}
+	}
+	purge := func() {
+		testenv.Eventually(b, 60*time.Second, func() error {
+			d, err := topo.Depth(ctx, q)
+			if err != nil || d != n {
+				return fmt.Errorf("queue %s holds %d messages (%v), want %d", q, d, err, n)
+			}
+			return nil
+		})
+		if _, err := topo.DeleteQueue(ctx, q); err != nil {
+			b.Fatal(err)
+		}
+		if err := topo.DeclareQueue(ctx, broker.Queue{Name: q, Durable: true, Args: map[string]any{"x-queue-type": "quorum"}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+
+	var raw, ours []float64
+	for range rounds {
+		raw = append(raw, rawPublish(b, url, ns, q, body, n, window))
+		purge()
+		add(recs)
+		ws := watch(store)
+		r, err := NewRelay(ws, pub, RelayOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		rctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		start := time.Now()
+		go func() { done <- r.Run(rctx) }()
+		got := 0
+		for got < n {
+			select {
+			case ids := <-ws.marked:
+				got += len(ids)
+			case <-time.After(60 * time.Second):
+				b.Fatalf("relay marked %d of %d records within 60s", got, n)
+			}
+		}
+		ours = append(ours, float64(n)/time.Since(start).Seconds())
+		cancel()
+		<-done
+		purge()
+	}
+	rm, om := medianOf(raw), medianOf(ours)
+	fmt.Printf("bench: publish-raw %.0f msgs/s\n", rm)
+	fmt.Printf("bench: relay %.0f msgs/s raw=%.0f ratio=%.2f\n", om, rm, om/rm)
+	b.ReportMetric(om, "msgs/s")
+	b.ReportMetric(om/rm, "ratio")
+}
+
+// benchStore opens the store BenchmarkRelay reads, and returns a function
+// that writes records to it.
+func benchStore(b *testing.B) (string, relayStore, func([]stores.OutboxRecord)) {
+	b.Helper()
+	switch kind := envOrDefault("ACEMQ_BENCH_STORE", "postgres"); kind {
+	case "postgres":
+		s := postgres.OpenTest(b, stores.Options{})
+		return kind, s, func(recs []stores.OutboxRecord) { addPostgres(b, s, recs...) }
+	case "sqlite":
+		s := sqlite.OpenTest(b, stores.Options{})
+		return kind, s, func(recs []stores.OutboxRecord) {
+			tx, err := s.DB().BeginTx(context.Background(), nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, r := range recs {
+				if _, err := s.Outbox().Add(context.Background(), tx, r); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := tx.Commit(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	default:
+		b.Fatalf("ACEMQ_BENCH_STORE=%q; want postgres or sqlite", kind)
+		return "", nil, nil
+	}
+}
+
+func envOrDefault(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// rawPublish is the reference: amqp091-go on a connection of its own,
+// publishing n messages mandatory and persistent with at most window
+// awaiting their confirm, timed until the last confirm.
+func rawPublish(b *testing.B, url, ns, queue string, body []byte, n, window int) float64 {
+	b.Helper()
+	c, err := amqp.DialConfig(url, amqp.Config{Properties: amqp.Table{"connection_name": ns + "-raw"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	ch, err := c.Channel()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		b.Fatal(err)
+	}
+	confirms := ch.NotifyPublish(make(chan amqp.Confirmation, window+1))
+	returns := ch.NotifyReturn(make(chan amqp.Return, window+1))
+	slots := make(chan struct{}, window)
+	done := make(chan int)
+	go func() {
+		acked, returned := 0, 0
+		for seen := 0; seen < n; {
+			select {
+			case c := <-confirms:
+				if c.Ack {
+					acked++
+				}
+				seen++
+				<-slots
+			case <-returns:
+				returned++
+			}
+		}
+		done <- acked - returned
+	}()
+	start := time.Now()
+	for i := range n {
+		slots <- struct{}{}
+		if err := ch.Publish("", queue, true, false, amqp.Publishing{
+			MessageId: strconv.Itoa(i), ContentType: "application/octet-stream", DeliveryMode: amqp.Persistent, Body: body,
+		}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	select {
+	case acked := <-done:
+		if acked != n {
+			b.Fatalf("raw publishing: %d of %d confirmed", acked, n)
+		}
+	case <-time.After(60 * time.Second):
+		b.Fatal("raw publishing did not finish within 60s")
+	}
+	return float64(n) / time.Since(start).Seconds()
+}
+
+func medianOf(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
