@@ -170,6 +170,38 @@ func (r *Relay) Stats() RelayStats {
 	}
 }
 
+// RunRelay runs a relay on store until ctx ends, publishing on a broker
+// connection of its own (named "acemq-flow relay"), and checking each
+// exchange the records name with a passive declare, as `acemq-flow relay`
+// and `run --relay` do. It returns an error only when it cannot start; the
+// URL in it is redacted. The caller closes store.
+func RunRelay(ctx context.Context, amqpURL string, store relayStore, opts RelayOptions) error {
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	conn, err := broker.Open(ctx, amqpURL, broker.ConnOptions{Name: "acemq-flow relay", Log: opts.Log})
+	if err != nil {
+		return fmt.Errorf("outbox relay: connect to the broker: %w", err)
+	}
+	defer conn.Close()
+	topo := broker.NewTopology(conn, opts.Log)
+	defer topo.Close()
+	// Enough confirms in flight for every claim the relay has out.
+	pub, err := broker.OpenPublisher(ctx, conn, broker.PublisherOptions{Window: max(256, relayClaimers*opts.Batch), Log: opts.Log})
+	if err != nil {
+		return fmt.Errorf("outbox relay: %w", err)
+	}
+	defer pub.Close()
+	if opts.Exchanges == nil {
+		opts.Exchanges = topo
+	}
+	r, err := NewRelay(store, pub, opts)
+	if err != nil {
+		return err
+	}
+	return r.Run(ctx)
+}
+
 // relayResult is the outcome of publishing one record.
 type relayResult struct {
 	rec *stores.OutboxRecord

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/acemq/acemq-flow/runtime"
+	"github.com/acemq/acemq-flow/stores"
+)
+
+func newRelayCmd(s streams) *cobra.Command {
+	var (
+		storeURL, amqpURL   string
+		logLevel, logFormat string
+		opts                runtime.RelayOptions
+	)
+	cmd := &cobra.Command{
+		Use:   "relay [--store URL] [--amqp URL] [--batch 100] [--lease 15s] [--poll 200ms]",
+		Short: "Publish the outbox's records, until stopped",
+		Long: `Run the outbox relay alone: claim up to --batch records under a --lease,
+publish each one's bytes unchanged with its stored properties and headers,
+and mark it published once the broker confirmed it and routed it to a queue.
+A record nothing is bound to receive is retried, and after the store's limit
+it is stuck: listed by ` + "`acemq-flow outbox list --stuck`" + `, never published, never
+deleted. When fewer than --batch records are waiting the relay polls every
+--poll. Any number of relays may share a store; a relay that dies loses its
+lease and another publishes its records (at least once: consumers
+deduplicate on the message id).
+
+SIGTERM or SIGINT stops claiming and waits, up to one lease, for the records
+in flight to be confirmed and marked.
+
+Environment: ACEMQ_STORE_URL (--store), ACEMQ_AMQP_URL (--amqp).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			log, err := newLogger(s, logLevel, logFormat)
+			if err != nil {
+				return err
+			}
+			backend, err := stores.Backend(storeURL)
+			if err != nil {
+				return usage("--store: %v", err)
+			}
+			if backend == "memory" {
+				return usage("--store: the relay publishes what other processes wrote, which a memory: store cannot hold; use postgres://… or sqlite:PATH")
+			}
+			if opts.Batch <= 0 || opts.Lease <= 0 || opts.Poll <= 0 {
+				return usage("--batch, --lease and --poll must be positive")
+			}
+			set, err := openStore(cmd.Context(), storeURL, 0, false)
+			if err != nil {
+				return failed("%v", err)
+			}
+			defer set.Close()
+			opts.Log = log
+			log.Info("store opened", "store", redactStore(storeURL))
+			if err := runtime.RunRelay(cmd.Context(), amqpURL, set, opts); err != nil {
+				return failed("%v", err)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&storeURL, "store", envOr("ACEMQ_STORE_URL", defaultStore), "store holding the outbox: postgres://… or sqlite:PATH (env ACEMQ_STORE_URL)")
+	f.StringVar(&amqpURL, "amqp", envOr("ACEMQ_AMQP_URL", defaultAMQP), "broker URL (env ACEMQ_AMQP_URL)")
+	f.IntVar(&opts.Batch, "batch", 100, "records claimed per round trip")
+	f.DurationVar(&opts.Lease, "lease", 15*time.Second, "how long claimed records stay with this relay")
+	f.DurationVar(&opts.Poll, "poll", 200*time.Millisecond, "wait between claims when the outbox is drained")
+	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	f.StringVar(&logFormat, "log-format", "text", "text or json")
+	return cmd
+}

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/acemq/acemq-flow/stores"
+	"github.com/acemq/acemq-flow/test/testenv"
+)
+
+func TestRelayCommandPublishesAndStopsOnSignal(t *testing.T) {
+	amqpURL := testenv.AMQP(t)
+	store, st := migratedSQLite(t)
+	q := testenv.Names(t) + "-out"
+	conn, err := amqp.Dial(amqpURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare(q, true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if c, err := conn.Channel(); err == nil {
+			c.QueueDelete(q, false, false, false)
+		}
+	})
+	body := []byte{0xde, 0xad, 0xbe, 0xef}
+	addRecord(t, st, stores.OutboxRecord{RoutingKey: q, Body: body, Properties: stores.Properties{MessageID: "o-1"}})
+	dels, err := ch.Consume(q, "", true, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var out, errb bytes.Buffer
+	code := make(chan int, 1)
+	go func() {
+		code <- run(ctx, []string{"relay", "--store", store, "--amqp", amqpURL, "--poll", "10ms"}, strings.NewReader(""), &out, &errb)
+	}()
+	select {
+	case d := <-dels:
+		if !bytes.Equal(d.Body, body) || d.MessageId != "o-1" {
+			t.Errorf("relay published %x (%s), want %x (o-1)", d.Body, d.MessageId, body)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the relay published nothing within 30s")
+	}
+	testenv.Eventually(t, 30*time.Second, func() error {
+		recs, err := st.ListPending(context.Background(), 0)
+		if err != nil || len(recs) != 0 {
+			return testenv.Errorf("%d records pending (%v), want 0", len(recs), err)
+		}
+		return nil
+	})
+	cancel() // as SIGTERM does
+	if c := <-code; c != 0 {
+		t.Errorf("relay after its context ended: exit %d, want 0\nstderr: %s", c, errb.String())
+	}
+	if !strings.Contains(errb.String(), "relay stopped") || out.Len() != 0 {
+		t.Errorf("relay logs on stderr and prints nothing on stdout; stdout %q, stderr:\n%s", out.String(), errb.String())
+	}
+}
+
+func TestRelayCommandErrors(t *testing.T) {
+	store, _ := migratedSQLite(t)
+	cases := []struct {
+		name string
+		args []string
+		code int
+	}{
+		{"a memory store holds nothing to relay", []string{"relay", "--store", "memory:"}, 2},
+		{"a zero batch", []string{"relay", "--store", store, "--batch", "0"}, 2},
+		{"an unknown store scheme", []string{"relay", "--store", "redis://:pw@localhost"}, 2},
+		{"an unreachable database, its password never shown", []string{"relay", "--store", "postgres://acemq:s3cret@127.0.0.1:1/flows?connect_timeout=1"}, 1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			out, errOut, code := cli(t, tc.args...)
+			if code != tc.code {
+				t.Errorf("acemq-flow %s: exit %d, want %d\nstdout: %s\nstderr: %s", strings.Join(tc.args, " "), code, tc.code, out, errOut)
+			}
+			if strings.Contains(out+errOut, "s3cret") || strings.Contains(out+errOut, ":pw@") {
+				t.Errorf("acemq-flow %s printed a password:\n%s%s", strings.Join(tc.args, " "), out, errOut)
+			}
+		})
+	}
+	t.Run("an unreachable broker, its password never shown", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		var out, errb bytes.Buffer
+		code := run(ctx, []string{"relay", "--store", store, "--amqp", "amqp://guest:s3cret@127.0.0.1:1/"}, strings.NewReader(""), &out, &errb)
+		if code != 1 || strings.Contains(errb.String(), "s3cret") {
+			t.Errorf("relay to an unreachable broker: exit %d (want 1), stderr:\n%s", code, errb.String())
+		}
+	})
+}
