@@ -1,0 +1,175 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/acemq/acemq-flow/runtime"
+	"github.com/acemq/acemq-flow/stores"
+	"github.com/acemq/acemq-flow/stores/postgres"
+	"github.com/acemq/acemq-flow/test/testenv"
+)
+
+// migrated returns the URL of a new, migrated store of the kind named.
+func migrated(t *testing.T, kind string) string {
+	t.Helper()
+	u := "sqlite:" + filepath.Join(t.TempDir(), "shop.db")
+	if kind == "postgres" {
+		u = postgres.TestURL(t)
+	}
+	set, err := stores.Open(t.Context(), u, stores.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer set.Close()
+	if err := set.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+// place runs the example and returns the ids it committed.
+func place(t *testing.T, storeURL string, args ...string) []string {
+	t.Helper()
+	var out, errb bytes.Buffer
+	if code := run(t.Context(), args, storeURL, &out, &errb); code != 0 {
+		t.Fatalf("outbox %s: exit %d\n%s", strings.Join(args, " "), code, errb.String())
+	}
+	return strings.Fields(out.String())
+}
+
+func TestOutboxExampleCommitsOrderAndRecordTogether(t *testing.T) {
+	u := migrated(t, "sqlite")
+	ids := place(t, u, "--count", "10", "--rollback-every", "3")
+	if len(ids) != 7 {
+		t.Fatalf("10 orders with every 3rd rolled back: %d committed, want 7", len(ids))
+	}
+	set, err := stores.Open(t.Context(), u, stores.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer set.Close()
+	recs, err := set.ListPending(t.Context(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var announced []string
+	for _, r := range recs {
+		var o Order
+		if err := json.Unmarshal(r.Body, &o); err != nil || o.ID != r.Properties.MessageID {
+			t.Errorf("record %d: body %q (%v) does not carry its message id %q", r.ID, r.Body, err, r.Properties.MessageID)
+		}
+		announced = append(announced, o.ID)
+	}
+	if !slices.Equal(announced, ids) {
+		t.Errorf("outbox holds announcements of %v, want exactly the committed orders %v", announced, ids)
+	}
+}
+
+func TestOutboxExampleWithoutTables(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := run(t.Context(), []string{"--count", "1"}, "sqlite:"+filepath.Join(t.TempDir(), "empty.db"), &out, &errb)
+	if code != 1 || !strings.Contains(errb.String(), "acemq-flow migrate") {
+		t.Errorf("outbox on a store without tables: exit %d, stderr %q; want 1 naming `acemq-flow migrate`", code, errb.String())
+	}
+}
+
+// TestOutboxExampleThroughTheRelay places orders, rolling some back, and
+// runs the relay: exactly the committed orders arrive, byte for byte as
+// they were encoded, each once.
+func TestOutboxExampleThroughTheRelay(t *testing.T) {
+	amqpURL := testenv.AMQP(t)
+	for _, kind := range []string{"sqlite", "postgres"} {
+		t.Run(kind, func(t *testing.T) {
+			u := migrated(t, kind)
+			q := testenv.Names(t) + "-orders"
+			conn, err := amqp.Dial(amqpURL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			ch, err := conn.Channel()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := ch.QueueDeclare(q, true, false, false, false, nil); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				if c, err := conn.Channel(); err == nil {
+					c.QueueDelete(q, false, false, false)
+				}
+			})
+			dels, err := ch.Consume(q, "", true, false, false, false, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids := place(t, u, "--count", "12", "--rollback-every", "4", "--routing-key", q)
+
+			set, err := stores.Open(t.Context(), u, stores.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer set.Close()
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- runtime.RunRelay(ctx, amqpURL, set, runtime.RelayOptions{Poll: 10 * time.Millisecond}) }()
+			got := map[string][]byte{}
+			timeout := time.After(30 * time.Second)
+			for len(got) < len(ids) {
+				select {
+				case d := <-dels:
+					if _, dup := got[d.MessageId]; dup {
+						t.Errorf("order %s arrived twice", d.MessageId)
+					}
+					got[d.MessageId] = d.Body
+				case <-timeout:
+					t.Fatalf("%d of %d committed orders arrived within 30s", len(got), len(ids))
+				}
+			}
+			testenv.Eventually(t, 30*time.Second, func() error {
+				recs, err := set.ListPending(context.Background(), 0)
+				if err != nil || len(recs) != 0 {
+					return testenv.Errorf("%d records pending (%v), want 0", len(recs), err)
+				}
+				return nil
+			})
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			for i, id := range ids {
+				want, _ := json.Marshal(Order{ID: id, Customer: "c-1", TotalCents: int64(1000 + committedIndex(i, 4))})
+				if !bytes.Equal(got[id], want) {
+					t.Errorf("order %s arrived as %q, want %q", id, got[id], want)
+				}
+			}
+			select {
+			case d := <-dels:
+				t.Errorf("message %s arrived beyond the committed orders", d.MessageId)
+			default:
+			}
+		})
+	}
+}
+
+// committedIndex is the 1-based order number of the i-th committed order
+// when every k-th was rolled back.
+func committedIndex(i, k int) int {
+	n := 0
+	for seen := -1; seen < i; {
+		n++
+		if n%k != 0 {
+			seen++
+		}
+	}
+	return n
+}
