@@ -31,8 +31,8 @@ services:
 test: services build
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 25m ./...
-	$(GO) test -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime 15s ./spec
-	$(GO) test -run '^$$' -fuzz '^FuzzParseItinerary$$' -fuzztime 10s ./runtime
+	$(GO) test -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime 15s -fuzzminimizetime 5s ./spec
+	$(GO) test -run '^$$' -fuzz '^FuzzParseItinerary$$' -fuzztime 10s -fuzzminimizetime 5s ./runtime
 	$(MAKE) -s chaos-short
 
 fuzz:

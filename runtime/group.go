@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/acemq/acemq-flow/runtime/broker"
 	"github.com/acemq/acemq-flow/stores"
 )
@@ -37,7 +39,12 @@ type group struct {
 
 	counts   map[string]*atomic.Int64
 	inflight atomic.Int64
-	bg       sync.WaitGroup // follow-up work started from confirm callbacks
+	// The group's metric series, looked up once rather than per message.
+	mInflight prometheus.Gauge
+	mDuration prometheus.Observer
+	mMessages map[string]prometheus.Counter
+	mDead     prometheus.Counter
+	bg        sync.WaitGroup // follow-up work started from confirm callbacks
 
 	mu       sync.Mutex // guards the fields below; held across start/stop/scale
 	state    string
@@ -60,8 +67,13 @@ func (r *Runtime) newGroup(c *Consumer) *group {
 	g := &group{r: r, c: c, call: call, tmo: tmo, state: StateStopped, size: max(c.Concurrency, 1), prefetch: c.Prefetch,
 		log:    r.log.With("flow", c.Flow, "consumer", c.ID, "queue", c.Queue),
 		counts: map[string]*atomic.Int64{}}
+	g.mInflight = r.metrics.inflight.WithLabelValues(c.ID)
+	g.mDuration = r.metrics.duration.WithLabelValues(c.ID)
+	g.mDead = r.metrics.deadLettered.WithLabelValues(c.Queue)
+	g.mMessages = map[string]prometheus.Counter{}
 	for _, o := range outcomes {
 		g.counts[o] = &atomic.Int64{}
+		g.mMessages[o] = r.metrics.messages.WithLabelValues(c.ID, o)
 	}
 	if c.Idempotent && r.opts.Store != nil {
 		g.gate = newClaimGate(r.opts.Store, c.ID, r.opts.ClaimTimeout, r.log)
@@ -218,7 +230,7 @@ func (g *group) setPrefetch(n int) error {
 // decision says and acknowledge only once every publish is confirmed.
 func (g *group) handle(ctx context.Context, d *broker.Delivery) {
 	g.inflight.Add(1)
-	g.r.metrics.inflight.WithLabelValues(g.c.ID).Inc()
+	g.mInflight.Inc()
 	in := InboundFrom(d.Delivery)
 	dec, _ := Precheck(g.c, in, time.Now())
 	var ticket *Ticket
@@ -252,8 +264,8 @@ func (g *group) handle(ctx context.Context, d *broker.Delivery) {
 		}
 		start := time.Now()
 		res, err := g.call(cctx, Request{Handler: g.c.Handler, Envelope: in.Env, Payload: in.Body})
-		g.r.metrics.duration.WithLabelValues(g.c.ID).Observe(time.Since(start).Seconds())
-		if err != nil {
+		g.mDuration.Observe(time.Since(start).Seconds())
+		if err != nil && g.log.Enabled(ctx, slog.LevelDebug) {
 			g.log.Debug("handler failed", "message_id", in.Env.MessageID, "attempt", in.Env.Attempt, "error", err, "duration", time.Since(start))
 		}
 		d2 := Decide(g.c, g.r.routes[g.c.Pipeline], in, res, err, time.Now(), rand.Float64())
@@ -348,7 +360,7 @@ func (g *group) carryOut(ctx context.Context, d *broker.Delivery, in Inbound, de
 
 func (g *group) finish() {
 	g.inflight.Add(-1)
-	g.r.metrics.inflight.WithLabelValues(g.c.ID).Dec()
+	g.mInflight.Dec()
 }
 
 func (g *group) settle(d *broker.Delivery, in Inbound, dec Decision) {
@@ -363,16 +375,18 @@ func (g *group) settle(d *broker.Delivery, in Inbound, dec Decision) {
 	case OutcomeRetried:
 		g.log.Warn("delivery retried", "message_id", in.Env.MessageID, "attempt", in.Env.Attempt, "rung", dec.Rung, "error", dec.Reason)
 	case OutcomeDeadLettered:
-		g.r.metrics.deadLettered.WithLabelValues(g.c.Queue).Inc()
+		g.mDead.Inc()
 		g.log.Warn("delivery dead-lettered", "message_id", in.Env.MessageID, "attempt", in.Env.Attempt, "error", dec.Reason)
 	default:
-		g.log.Debug("delivery "+dec.Outcome, "message_id", in.Env.MessageID)
+		if g.log.Enabled(context.Background(), slog.LevelDebug) {
+			g.log.Debug("delivery "+dec.Outcome, "message_id", in.Env.MessageID)
+		}
 	}
 }
 
 func (g *group) count(outcome string) {
 	g.counts[outcome].Add(1)
-	g.r.metrics.messages.WithLabelValues(g.c.ID, outcome).Inc()
+	g.mMessages[outcome].Inc()
 }
 
 // publishFailed handles a decision whose publish did not reach a queue. An
