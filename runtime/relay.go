@@ -114,6 +114,9 @@ type Relay struct {
 // relayClaimers is how many claims a relay has in flight at once.
 const relayClaimers = 2
 
+// relayMarkers is how many marks a relay has in flight at once.
+const relayMarkers = 2
+
 // relayExchangeTTL is how long an exchange found to exist is trusted.
 const relayExchangeTTL = time.Minute
 
@@ -350,22 +353,30 @@ func (r *Relay) checkExchange(ctx context.Context, name string) error {
 }
 
 // markLoop settles results: confirmed records are marked published in
-// bulk (those that confirm while a mark is in the database go in the next
-// one), failures are marked failed, unknown outcomes are left for their
-// lease to expire. It returns when every claimed record is settled or the
-// drain ends.
+// bulk, with up to relayMarkers marks in the database at once (records that
+// confirm meanwhile go in the next one), failures are marked failed,
+// unknown outcomes are left for their lease to expire. It returns when every
+// claimed record is settled or the drain ends.
 func (r *Relay) markLoop(ctx, drainCtx context.Context, results <-chan relayResult, total <-chan int64) {
-	var settled int64
+	var settled, inMarks int64
 	want := int64(-1)
 	var ok []*stores.OutboxRecord
+	slots := make(chan struct{}, relayMarkers)
+	marked := make(chan int, relayMarkers)
+	var marks sync.WaitGroup
+	defer marks.Wait()
 	for want < 0 || settled < want {
 		select {
 		case res := <-results:
 			settled += r.settle(drainCtx, res, &ok)
+		case n := <-marked:
+			settled += int64(n)
+			inMarks -= int64(n)
 		case want = <-total:
 			continue
 		case <-drainCtx.Done():
-			n := r.inflight.Load()
+			// Marks in the database account for themselves.
+			n := r.claimed.Load() - settled - inMarks
 			r.left.Add(n)
 			r.log.Warn("relay stopped with records in flight; they are published again after their lease", "in_flight", n)
 			return
@@ -378,11 +389,22 @@ func (r *Relay) markLoop(ctx, drainCtx context.Context, results <-chan relayResu
 				more = false
 			}
 		}
-		if len(ok) > 0 {
-			r.markPublished(ctx, drainCtx, ok)
-			settled += int64(len(ok))
-			r.release(len(ok))
-			ok = ok[:0]
+		if len(ok) == 0 {
+			continue
+		}
+		select {
+		case slots <- struct{}{}:
+			recs := ok
+			ok = nil
+			inMarks += int64(len(recs))
+			marks.Go(func() {
+				r.markPublished(ctx, drainCtx, recs)
+				r.release(len(recs))
+				<-slots
+				marked <- len(recs)
+			})
+		default:
+			// Every mark slot is busy: keep collecting for the next one.
 		}
 	}
 }
