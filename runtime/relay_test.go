@@ -21,6 +21,7 @@ import (
 
 	"github.com/acemq/acemq-flow/runtime/broker"
 	"github.com/acemq/acemq-flow/stores"
+	"github.com/acemq/acemq-flow/stores/memory"
 	"github.com/acemq/acemq-flow/stores/postgres"
 	"github.com/acemq/acemq-flow/stores/sqlite"
 	"github.com/acemq/acemq-flow/test/testenv"
@@ -845,4 +846,76 @@ func medianOf(xs []float64) float64 {
 	s := slices.Clone(xs)
 	slices.Sort(s)
 	return s[len(s)/2]
+}
+
+// instantPublisher confirms every publish at once.
+type instantPublisher struct{}
+
+func (instantPublisher) PublishFunc(_ context.Context, _ broker.Message, done func(error)) error {
+	done(nil)
+	return nil
+}
+
+// flakyMarks loses the lease on the first record of its first mark and
+// fails its second mark outright.
+type flakyMarks struct {
+	relayStore
+	mu    sync.Mutex
+	calls int
+}
+
+func (f *flakyMarks) MarkPublished(ctx context.Context, ids []int64, owner string) error {
+	f.mu.Lock()
+	f.calls++
+	call := f.calls
+	f.mu.Unlock()
+	switch call {
+	case 1:
+		if err := f.relayStore.MarkPublished(ctx, ids[1:], owner); err != nil {
+			return err
+		}
+		return &stores.LeaseLostError{Owner: owner, IDs: ids[:1]}
+	case 2:
+		return errors.New("connection reset by peer")
+	}
+	return f.relayStore.MarkPublished(ctx, ids, owner)
+}
+
+func TestRelayLostLeaseAndFailedMarkAreLoggedAndRelayingGoesOn(t *testing.T) {
+	clock := newFakeClock()
+	st, err := memory.Open(stores.Options{Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx := st.Begin()
+	const n = 500
+	for _, r := range records(n, "q") {
+		if _, err := st.Outbox().Add(t.Context(), tx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	ws := watch(st)
+	r, err := NewRelay(&flakyMarks{relayStore: ws}, instantPublisher{}, RelayOptions{Batch: 50, Poll: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := runRelay(t, r)
+	// All but the record whose lease was lost get marked (the failed mark
+	// is retried); that one waits for its lease, then is published again.
+	waitMarked(t, ws.marked, n-1)
+	if s := r.Stats(); s.LeaseLost != 1 {
+		t.Fatalf("Stats() = %+v, want the lost lease counted", s)
+	}
+	clock.Advance(15*time.Second + time.Millisecond)
+	waitMarked(t, ws.marked, 1)
+	stop()
+	if s := r.Stats(); s.Published != n || s.LeaseLost != 1 || s.Left != 0 {
+		t.Errorf("Stats() = %+v, want %d published, 1 lease lost, none left", s, n)
+	}
+	if pending, _ := st.ListPending(t.Context(), 0); len(pending) != 0 {
+		t.Errorf("%d records pending, want 0", len(pending))
+	}
 }
