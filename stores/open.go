@@ -105,7 +105,9 @@ func Backend(storeURL string) (string, error) {
 	case "memory":
 		return "memory", nil
 	}
-	return "", fmt.Errorf("store URL %q: unknown scheme %q; want postgres://…, sqlite:PATH or memory:", redact(storeURL), scheme)
+	// The URL itself is not echoed: with an unknown scheme there is no
+	// telling which part is a password.
+	return "", fmt.Errorf("store URL has the unknown scheme %q; want postgres://…, sqlite:PATH or memory:", scheme)
 }
 
 // Open connects to the store storeURL names:

@@ -1,15 +1,18 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/acemq/acemq-flow/runtime"
+	"github.com/acemq/acemq-flow/stores"
 )
 
 // envOr returns the environment variable's value, or def.
@@ -42,7 +45,7 @@ func newRunCmd(io streams) *cobra.Command {
 		amqpURL, admin, token, logLevel, logFormat string
 		storeURL                                   string
 		drain, claimTimeout                        time.Duration
-		createSchema                               bool
+		createSchema, relay                        bool
 	)
 	cmd := &cobra.Command{
 		Use:   "run PATH...",
@@ -67,8 +70,10 @@ ACEMQ_ADMIN_TOKEN (--admin-token), ACEMQ_STORE_URL (--store).`,
 			}
 			opts := runtime.Options{AMQPURL: amqpURL, AdminAddr: admin, AdminToken: token, DrainTimeout: drain, Log: log,
 				ClaimTimeout: claimTimeout}
-			if needsStore(plan) {
-				set, err := openStore(cmd.Context(), storeURL, claimTimeout, createSchema)
+			var set stores.Set
+			if needsStore(plan) || relay {
+				var err error
+				set, err = openStore(cmd.Context(), storeURL, claimTimeout, createSchema)
 				if err != nil {
 					return failed("%v", err)
 				}
@@ -80,11 +85,29 @@ ACEMQ_ADMIN_TOKEN (--admin-token), ACEMQ_STORE_URL (--store).`,
 			if err != nil {
 				return failed("%v", err)
 			}
-			if err := rt.Run(cmd.Context()); err != nil {
+			var wg sync.WaitGroup
+			var relayErr error
+			ctx, cancel := context.WithCancel(cmd.Context())
+			defer cancel()
+			if relay {
+				// The outbox relay runs beside the consumers, on its own
+				// connection, until the same signal (or the runtime's end)
+				// stops both.
+				wg.Go(func() {
+					relayErr = runtime.RunRelay(ctx, amqpURL, set, runtime.RelayOptions{Log: log})
+				})
+			}
+			err = rt.Run(ctx)
+			cancel()
+			wg.Wait()
+			if err != nil {
 				if errors.Is(err, cmd.Context().Err()) && cmd.Context().Err() != nil {
 					return nil
 				}
 				return failed("%v", err)
+			}
+			if relayErr != nil {
+				return failed("relay: %v", relayErr)
 			}
 			return nil
 		},
@@ -96,6 +119,7 @@ ACEMQ_ADMIN_TOKEN (--admin-token), ACEMQ_STORE_URL (--store).`,
 	f.DurationVar(&drain, "drain-timeout", 30*time.Second, "how long handlers in flight may finish on shutdown")
 	f.StringVar(&storeURL, "store", envOr("ACEMQ_STORE_URL", "sqlite:acemq.db"), "idempotency store: postgres://…, sqlite:PATH or memory: (env ACEMQ_STORE_URL)")
 	f.DurationVar(&claimTimeout, "claim-timeout", 5*time.Minute, "idempotency claims' lease: set it above the slowest handler")
+	f.BoolVar(&relay, "relay", false, "also run the outbox relay on --store")
 	f.BoolVar(&createSchema, "create-schema", false, "create the store's tables if missing (development only; use `acemq-flow migrate` otherwise)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&logFormat, "log-format", "text", "text or json")
