@@ -281,7 +281,12 @@ func BenchmarkHop(b *testing.B) {
 		fill(b, ch, "", src, messages)
 		raw = append(raw, rawHop(b, url, src, dst, messages))
 		inproc = append(inproc, runtimeHop(b, url, fmt.Sprintf("inproc%d", r), "testkit.noop", testkit, true, nil, 1, messages))
-		if os.Getenv("ACEMQ_BENCH_ONLY") == "inprocess" {
+		if only := os.Getenv("ACEMQ_BENCH_ONLY"); only == "inprocess" {
+			continue
+		} else if only == "idempotent" {
+			if store != nil {
+				idem = append(idem, runtimeHop(b, url, fmt.Sprintf("idem%d", r), "testkit.noop", testkit, true, store, 16, messages))
+			}
 			continue
 		}
 		plugin = append(plugin, runtimeHop(b, url, fmt.Sprintf("plugin%d", r), "testkit.echo", testkit, false, nil, 16, messages))
