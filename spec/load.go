@@ -2,8 +2,8 @@ package spec
 
 import (
 	"encoding/json"
-	"errors"
-	"fmt"
+		"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -167,30 +167,19 @@ func loadFile(fsys fs.FS, file string, explicit bool, opts Options, all *diags) 
 	return f, ""
 }
 
+// readLimited reads at most one byte past MaxFileSize: enough to say a
+// file is too large without reading 50 MB of it.
 func readLimited(fsys fs.FS, file, name string) ([]byte, error) {
 	fh, err := fsys.Open(file)
 	if err != nil {
 		return nil, fmt.Errorf("%s cannot be read: %w", name, unwrapPathError(err))
 	}
 	defer fh.Close()
-	buf := make([]byte, 0, 4096)
-	for {
-		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
-		}
-		n, err := fh.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if len(buf) > MaxFileSize {
-			// Enough to say it is too large without reading 50 MB.
-			return buf, nil
-		}
-		if err != nil {
-			if errors.Is(err, errEOF) {
-				return buf, nil
-			}
-			return nil, fmt.Errorf("%s cannot be read: %w", name, err)
-		}
+	data, err := io.ReadAll(io.LimitReader(fh, MaxFileSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s cannot be read: %w", name, err)
 	}
+	return data, nil
 }
 
 func jsonUnmarshal(data []byte, v any) error { return json.Unmarshal(data, v) }

@@ -1,13 +1,10 @@
 package spec
 
 import (
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
 )
-
-var errEOF = io.EOF
 
 // LoadPaths loads flow files named by OS paths (relative or absolute), as
 // the command line gives them. The file system is rooted at the deepest
