@@ -2,7 +2,7 @@ package spec
 
 import (
 	"encoding/json"
-		"fmt"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
