@@ -52,6 +52,14 @@ func TestAClaimHeldByAKilledHandlerBlocksThenIsTakenOver(t *testing.T) {
 		}
 		return nil
 	})
+	// In flight is counted before the claim is taken: wait for the claim
+	// itself, so that the kill leaves it held.
+	testenv.Eventually(t, 20*time.Second, func() error {
+		if n := testenv.PSQL(t, store, "SELECT count(*) FROM acemq_idempotency WHERE state = 'claimed'"); n != "1" {
+			return testenv.Errorf("%s claims held, want 1", n)
+		}
+		return nil
+	})
 	killedAt := time.Now()
 	_ = p.cmd.Process.Signal(syscall.SIGKILL)
 	_ = p.wait(t, 30*time.Second)

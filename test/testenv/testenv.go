@@ -129,6 +129,18 @@ func Eventually(t testing.TB, deadline time.Duration, check func() error) {
 // Errorf is fmt.Errorf, here so that checks passed to Eventually read short.
 func Errorf(format string, args ...any) error { return fmt.Errorf(format, args...) }
 
+// PSQL runs one query with psql against url and returns its single value.
+func PSQL(t testing.TB, url, query string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "psql", url, "-tAq", "-v", "ON_ERROR_STOP=1", "-c", query).CombinedOutput()
+	if err != nil {
+		t.Fatalf("psql %s: %v\n%s", query, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
 // PostgresSchema returns a PostgreSQL URL whose search_path is a schema of
 // the test's own, created now and dropped (with its tables) in t.Cleanup.
 func PostgresSchema(t testing.TB) string {
@@ -150,8 +162,9 @@ func PostgresSchema(t testing.TB) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// options=-csearch_path=… is understood by pgx and by psql alike.
 	q := u.Query()
-	q.Set("search_path", schema)
+	q.Set("options", "-csearch_path="+schema)
 	u.RawQuery = q.Encode()
 	return u.String()
 }
