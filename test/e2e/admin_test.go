@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/acemq/acemq-flow/test/testenv"
 )
@@ -54,16 +55,24 @@ func TestConsumersCommandSteersTheRunningRuntime(t *testing.T) {
 		if _, errOut, code := cli(t, "consumers", "scale", "hops.a", strconv.Itoa(size), "--admin", addr); code != 0 {
 			t.Fatalf("scale %d: exit %d: %s", size, code, errOut)
 		}
-		if n, _ := brokerConsumers("hops.a"); n != size {
-			t.Errorf("after scale %d the broker shows %d consumers on hops.a", size, n)
-		}
+		// Scaling up returns once the new consumers are starting; they
+		// subscribe on their own channels a moment later.
+		testenv.Eventually(t, 10*time.Second, func() error {
+			if n, _ := brokerConsumers("hops.a"); n != size {
+				return testenv.Errorf("after scale %d the broker shows %d consumers on hops.a", size, n)
+			}
+			return nil
+		})
 	}
 	if _, errOut, code := cli(t, "consumers", "prefetch", "hops.a", "9", "--admin", addr); code != 0 {
 		t.Fatalf("prefetch: exit %d: %s", code, errOut)
 	}
-	if _, pf := brokerConsumers("hops.a"); len(pf) != 4 || strings.Count(strings.Join(pf, " "), "9") != 4 {
-		t.Errorf("after prefetch 9 the broker shows prefetch counts %v on hops.a", pf)
-	}
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if _, pf := brokerConsumers("hops.a"); len(pf) != 4 || strings.Count(strings.Join(pf, " "), "9") != 4 {
+			return testenv.Errorf("after prefetch 9 the broker shows prefetch counts %v on hops.a", pf)
+		}
+		return nil
+	})
 
 	steps := []struct {
 		args []string
