@@ -181,13 +181,24 @@ func (s *Store) Confirm(ctx context.Context, key string, token core.Token) error
 	return refused[0]
 }
 
+// confirmSQL locks the rows it confirms in key order first, so that two
+// batches confirming overlapping keys (possible after a takeover) wait for
+// each other instead of deadlocking: an UPDATE ... FROM locks rows in
+// whatever order its join produces them.
 const confirmSQL = `
+WITH c AS (
+    SELECT DISTINCT key, token FROM unnest($1::text[], $2::bigint[]) AS c(key, token)
+), locked AS (
+    SELECT i.key FROM acemq_idempotency AS i JOIN c ON i.key = c.key AND i.token = c.token
+    ORDER BY i.key
+    FOR UPDATE OF i
+)
 UPDATE acemq_idempotency AS i SET
     confirmed_at = coalesce(i.confirmed_at, $3),
     expires_at = CASE WHEN i.state = 'claimed' THEN $4 ELSE i.expires_at END,
     state = 'confirmed'
-FROM (SELECT DISTINCT key, token FROM unnest($1::text[], $2::bigint[]) AS c(key, token) ORDER BY key) AS c
-WHERE i.key = c.key AND i.token = c.token
+FROM c
+WHERE i.key = c.key AND i.token = c.token AND i.key IN (SELECT key FROM locked)
 RETURNING i.key, i.token`
 
 // ConfirmBatch implements stores.Idempotency: one statement, plus a look-up
