@@ -150,7 +150,11 @@ func (r *Runtime) Started() <-chan struct{} { return r.started }
 // timeout), stops the plugins and closes the connections. It returns nil
 // after a clean shutdown.
 func (r *Runtime) Run(ctx context.Context) (err error) {
-	r.runCtx = ctx
+	// Consumers run under a context of their own, so that a failed start
+	// can stop the ones already started (start all or none).
+	runCtx, stopAll := context.WithCancel(ctx)
+	defer stopAll()
+	r.runCtx = runCtx
 	if r.opts.AdminAddr != "" {
 		ln, err := net.Listen("tcp", r.opts.AdminAddr)
 		if err != nil {
@@ -198,6 +202,11 @@ func (r *Runtime) Run(ctx context.Context) (err error) {
 		g := r.groups[c.ID]
 		g.prepared = true
 		if err := g.start(ctx); err != nil {
+			stopAll()
+			for _, id := range r.order {
+				r.groups[id].shutdown()
+			}
+			r.wg.Wait()
 			return err
 		}
 	}
