@@ -151,17 +151,21 @@ plugins:
 pipelines:
   - name: PIPE
     steps:
-      - {name: a, handler: HANDLER, prefetch: 256, concurrency: CONC, retry: {max_attempts: 1}, auto_startup: false, idempotent: IDEM}
+      - {name: a, handler: HANDLER, prefetch: PREFETCH, concurrency: CONC, retry: {max_attempts: 1}, auto_startup: false, idempotent: IDEM}
       - {name: b, handler: testkit.echo, auto_startup: false}
 `
 
 // runtimeHop runs the runtime over a pre-filled step queue and measures
 // how fast step a moves every message to step b's queue.
 // concurrency is the step's: 1 matches the raw hop's single consumer; a
-// plugin or a store round trip per message needs more in flight.
+// plugin or a store round trip per message needs more consumers in flight.
+// Each consumer's prefetch is the raw hop's 256 shared among them, at least
+// 16: a consumer with 256 of its own would hold the whole queue while the
+// others idle, and one with less than 16 waits on its acknowledgements.
 func runtimeHop(b *testing.B, url, pipe, handler, testkit string, inprocess bool, store stores.Idempotency, concurrency, n int) float64 {
 	flow := hopFlow
-	for k, v := range map[string]string{"PIPE": pipe, "HANDLER": handler, "TESTKIT": testkit, "IDEM": fmt.Sprint(store != nil), "CONC": fmt.Sprint(concurrency)} {
+	for k, v := range map[string]string{"PIPE": pipe, "HANDLER": handler, "TESTKIT": testkit, "IDEM": fmt.Sprint(store != nil), "CONC": fmt.Sprint(concurrency),
+		"PREFETCH": fmt.Sprint(max(prefetch/concurrency, 16))} {
 		flow = strings.ReplaceAll(flow, k, v)
 	}
 	dir := b.TempDir()
@@ -285,13 +289,13 @@ func BenchmarkHop(b *testing.B) {
 			continue
 		} else if only == "idempotent" {
 			if store != nil {
-				idem = append(idem, runtimeHop(b, url, fmt.Sprintf("idem%d", r), "testkit.noop", testkit, true, store, 16, messages))
+				idem = append(idem, runtimeHop(b, url, fmt.Sprintf("idem%d", r), "testkit.noop", testkit, true, store, 64, messages))
 			}
 			continue
 		}
 		plugin = append(plugin, runtimeHop(b, url, fmt.Sprintf("plugin%d", r), "testkit.echo", testkit, false, nil, 16, messages))
 		if store != nil {
-			idem = append(idem, runtimeHop(b, url, fmt.Sprintf("idem%d", r), "testkit.noop", testkit, true, store, 16, messages))
+			idem = append(idem, runtimeHop(b, url, fmt.Sprintf("idem%d", r), "testkit.noop", testkit, true, store, 64, messages))
 		}
 	}
 	rawM := median(raw)
