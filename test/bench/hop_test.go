@@ -293,7 +293,7 @@ func BenchmarkHop(b *testing.B) {
 			}
 			continue
 		}
-		plugin = append(plugin, runtimeHop(b, url, fmt.Sprintf("plugin%d", r), "testkit.echo", testkit, false, nil, 16, messages))
+		plugin = append(plugin, runtimeHop(b, url, fmt.Sprintf("plugin%d", r), "testkit.echo", testkit, false, nil, 32, messages))
 		if store != nil {
 			idem = append(idem, runtimeHop(b, url, fmt.Sprintf("idem%d", r), "testkit.noop", testkit, true, store, 64, messages))
 		}
