@@ -427,8 +427,7 @@ func asError[T error](err error, target *T) bool {
 // and exchange; one binary per plugin name; and schedule targets.
 func checkSet(flows []*Flow, d *diags) {
 	type seenAt struct {
-		pos  Pos
-		what string
+		pos Pos
 	}
 	unique := func(kind string, seen map[string]seenAt, name string, pos Pos, hint string) {
 		if name == "" {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sort"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -514,14 +513,4 @@ func validEnvName(s string) bool {
 		return false
 	}
 	return true
-}
-
-// keysOf returns the keys of a mapping node, sorted.
-func keysOf(n *node) []string {
-	var ks []string
-	for _, k := range n.keys {
-		ks = append(ks, k.value.(string))
-	}
-	sort.Strings(ks)
-	return ks
 }

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 	"io"
-	"net/url"
 	"strings"
 
 	"github.com/acemq/acemq-flow/stores/internal/core"
@@ -138,9 +137,7 @@ func Open(ctx context.Context, storeURL string, opts Options) (Set, error) {
 // SQLitePath returns the file path of a sqlite: URL.
 func SQLitePath(storeURL string) string {
 	_, p, _ := strings.Cut(storeURL, ":")
-	if strings.HasPrefix(p, "//") {
-		p = p[2:] // sqlite:///abs → /abs, sqlite://rel → rel
-	}
+	p = strings.TrimPrefix(p, "//") // sqlite:///abs → /abs, sqlite://rel → rel
 	return p
 }
 
@@ -188,15 +185,4 @@ func WriteMigrations(w io.Writer, storeURL string) error {
 		}
 	}
 	return nil
-}
-
-// redact hides the password of a URL (and anything unparsable after the
-// scheme, which may hold one).
-func redact(s string) string {
-	u, err := url.Parse(s)
-	if err != nil {
-		scheme, _, _ := strings.Cut(s, ":")
-		return scheme + ":…"
-	}
-	return u.Redacted()
 }
