@@ -494,7 +494,8 @@ func (r *Runtime) pluginRestarts() map[string]int64 {
 	return out
 }
 
-// callerFor returns how a consumer calls its handler, and the call's timeout.
+// callerFor returns how a consumer calls its handler, and the timeout the
+// group must put on each call (0: none, or the caller applies its own).
 func (r *Runtime) callerFor(c *Consumer) (func(ctx context.Context, req Request) (Result, error), time.Duration) {
 	if h, ok := r.opts.Handlers[c.Handler]; ok {
 		return h, 0
@@ -517,7 +518,7 @@ func (r *Runtime) callerFor(c *Consumer) (func(ctx context.Context, req Request)
 			return Result{}, err
 		}
 		return Result{Stop: res.Stop, Payload: res.Payload}, nil
-	}, time.Duration(p.Timeout)
+	}, 0 // the host applies the plugin's timeout to every call itself
 }
 
 func hostEnvelope(e Envelope) host.Envelope {
