@@ -279,7 +279,7 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 	if errors.Is(result, ErrClosed) && ctx.Err() == nil {
 		return fmt.Errorf("queue %q: %w", c.opts.Queue, result)
 	}
-	c.log.Info("consumer drained", "left", 0)
+	c.log.Debug("consumer drained", "left", 0)
 	return nil
 }
 
@@ -339,7 +339,7 @@ func (c *Consumer) session(ctx context.Context, r *run) (drained bool, left int6
 	}
 	started = true
 	c.sessions.Add(1)
-	c.log.Info("consumer started", "consumer", tag, "prefetch", n)
+	c.log.Debug("consumer subscribed", "consumer", tag, "prefetch", n)
 
 	for {
 		select {
