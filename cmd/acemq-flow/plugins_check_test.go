@@ -46,3 +46,37 @@ pipelines:
 		t.Errorf("the handler that exists was reported:\n%s", out)
 	}
 }
+
+func TestValidatePluginsChecksDeclaredTypesAgree(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: builds a plugin")
+	}
+	dir := t.TempDir()
+	build := exec.Command("go", "build", "-o", filepath.Join(dir, "orders"), "../../examples/plugins/orders")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build orders: %v\n%s", err, out)
+	}
+	flow := filepath.Join(dir, "flow.yaml")
+	if err := os.WriteFile(flow, []byte(`version: acemq.flow/v1
+name: check
+plugins:
+  orders: {command: ./orders}
+types:
+  Order: {type: object}
+  Invoice: {type: object}
+pipelines:
+  - name: p
+    input: Invoice
+    steps:
+      - {name: a, handler: orders.validate, output: Order}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := cli(t, "validate", "--plugins", flow)
+	if code != 1 || !strings.Contains(out, `takes Invoice, but handler "orders.validate" declares input Order`) {
+		t.Errorf("validate --plugins: exit %d, want 1 with the input types named\n%s\n%s", code, out, errOut)
+	}
+	if strings.Contains(out, "outputs Order") {
+		t.Errorf("the output types agree but were reported:\n%s", out)
+	}
+}
