@@ -227,7 +227,7 @@ func (r *recorder) send(ctx context.Context, reqs []string) ([]string, error) {
 }
 
 // waitJoined waits until the coalescer's open batch holds n requests.
-func waitJoined(t *testing.T, c *coalescer[string, string], n int) {
+func waitJoined[Req, Resp any](t *testing.T, c *coalescer[Req, Resp], n int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -346,14 +346,14 @@ func TestClaimGateReleasesAbandonedClaims(t *testing.T) {
 		<-entered
 	}
 	wg.Go(func() { g.Begin(t.Context(), "leader") })
-	waitJoinedClaims(t, g.claims, 1)
+	waitJoined(t, g.claims, 1)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() {
 		_, _, err := g.Begin(ctx, "abandoned")
 		done <- err
 	}()
-	waitJoinedClaims(t, g.claims, 2)
+	waitJoined(t, g.claims, 2)
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Begin with a cancelled context: %v, want context.Canceled", err)
@@ -379,26 +379,6 @@ func (h holdingStore) TryClaimBatch(ctx context.Context, reqs []stores.ClaimRequ
 	h.entered <- struct{}{}
 	<-h.hold
 	return h.Store.TryClaimBatch(ctx, reqs)
-}
-
-func waitJoinedClaims(t *testing.T, c *coalescer[stores.ClaimRequest, stores.Claim], n int) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		c.mu.Lock()
-		got := 0
-		if c.open != nil {
-			got = len(c.open.reqs)
-		}
-		c.mu.Unlock()
-		if got >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("open batch holds %d requests after 10s, want %d", got, n)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 // TestClaimGateReplicasRace runs two gates, each on its own handle to one

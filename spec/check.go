@@ -165,7 +165,7 @@ func refLoops(s validator) bool {
 
 func typeHint(err error) string {
 	var ro refOutside
-	if asError(err, &ro) {
+	if errors.As(err, &ro) {
 		return "keep $ref files inside the flow file's folder"
 	}
 	if strings.Contains(err.Error(), "InfiniteLoop") || strings.Contains(err.Error(), "loop") {
@@ -405,21 +405,6 @@ func (c *fileChecker) schedule(s *Schedule) {
 		c.d.errorf(s.Pos, "invalid-timezone", `use an IANA zone name such as "UTC" or "Europe/Paris"`,
 			"schedule %q has an unknown timezone %q", s.Name, s.Timezone)
 	}
-}
-
-func asError[T error](err error, target *T) bool {
-	for err != nil {
-		if e, ok := err.(T); ok {
-			*target = e
-			return true
-		}
-		u, ok := err.(interface{ Unwrap() error })
-		if !ok {
-			return false
-		}
-		err = u.Unwrap()
-	}
-	return false
 }
 
 // checkSet runs the rules that span every loaded file: unique consumer ids,

@@ -60,16 +60,6 @@ func (c Condition) Eval(payload any) (bool, error) {
 	return b, nil
 }
 
-// MustCompileCondition compiles src with a permissive environment, for
-// conditions built in Go rather than loaded from a file (tests, the Go API).
-func MustCompileCondition(src string) Condition {
-	c, err := compileCondition(src, nil)
-	if err != nil {
-		panic(err)
-	}
-	return c
-}
-
 // compileCondition type-checks src against the payload's type (nil: any
 // payload) and compiles the program Eval runs on decoded JSON.
 func compileCondition(src string, payloadType *Type) (Condition, error) {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -119,7 +120,7 @@ while the removed consumers drain; a group needs at least one consumer.`,
 					depth = strconv.Itoa(*c.Depth)
 				}
 				var counters []string
-				for _, k := range slices.Sorted(mapsKeys(c.Counters)) {
+				for _, k := range slices.Sorted(maps.Keys(c.Counters)) {
 					if c.Counters[k] > 0 {
 						counters = append(counters, fmt.Sprintf("%s=%d", k, c.Counters[k]))
 					}
@@ -160,14 +161,4 @@ while the removed consumers drain; a group needs at least one consumer.`,
 		number("prefetch", "Change a consumer's prefetch", "prefetch", "prefetch"),
 	)
 	return cmd
-}
-
-func mapsKeys(m map[string]int64) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"os"
-	"strings"
 	"sync"
 	"time"
 
@@ -125,6 +124,3 @@ ACEMQ_ADMIN_TOKEN (--admin-token), ACEMQ_STORE_URL (--store).`,
 	f.StringVar(&logFormat, "log-format", "text", "text or json")
 	return cmd
 }
-
-// trimAt makes "@file" arguments readable in errors.
-func trimAt(s string) string { return strings.TrimPrefix(s, "@") }

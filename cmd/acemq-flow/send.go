@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -122,7 +123,7 @@ func readData(s streams, data string) ([]byte, error) {
 	case data == "-":
 		raw, err = io.ReadAll(s.in)
 	case data[0] == '@':
-		raw, err = os.ReadFile(trimAt(data))
+		raw, err = os.ReadFile(strings.TrimPrefix(data, "@"))
 	default:
 		raw = []byte(data)
 	}
