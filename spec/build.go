@@ -113,6 +113,22 @@ func (b *builder) bool(n *node, key string) (val, set bool) {
 	return x, ok
 }
 
+// intOr is the key's whole number, or def when the key is not there.
+func (b *builder) intOr(n *node, key string, def int) int {
+	if v, ok := b.int(n, key); ok {
+		return v
+	}
+	return def
+}
+
+// boolOr is the key's boolean, or def when the key is not there.
+func (b *builder) boolOr(n *node, key string, def bool) bool {
+	if v, ok := b.bool(n, key); ok {
+		return v
+	}
+	return def
+}
+
 func (b *builder) float(n *node, key string) (float64, bool) {
 	v := n.get(key)
 	if v == nil || v.kind != kScalar {
@@ -154,12 +170,8 @@ func (b *builder) defaults(n *node, at Pos) Defaults {
 	if s, _ := b.str(n, "queue_type"); s != "" {
 		d.QueueType = s
 	}
-	if v, ok := b.int(n, "prefetch"); ok {
-		d.Prefetch = v
-	}
-	if v, ok := b.int(n, "concurrency"); ok {
-		d.Concurrency = v
-	}
+	d.Prefetch = b.intOr(n, "prefetch", d.Prefetch)
+	d.Concurrency = b.intOr(n, "concurrency", d.Concurrency)
 	d.Idempotent, _ = b.bool(n, "idempotent")
 	d.Retry = b.retry(n.get("retry"), DefaultRetry, d.Pos)
 	return d
@@ -253,21 +265,10 @@ func (b *builder) pipeline(n *node, def Defaults) *Pipeline {
 		s.Input, s.InputPos = b.str(sn, "input")
 		s.Output, s.OutputPos = b.str(sn, "output")
 		s.Retry = b.retry(sn.get("retry"), def.Retry, def.Retry.Pos)
-		s.Prefetch = def.Prefetch
-		if v, ok := b.int(sn, "prefetch"); ok {
-			s.Prefetch = v
-		}
-		s.Concurrency = def.Concurrency
-		if v, ok := b.int(sn, "concurrency"); ok {
-			s.Concurrency = v
-		}
-		s.Idempotent = def.Idempotent
-		if v, ok := b.bool(sn, "idempotent"); ok {
-			s.Idempotent = v
-		}
-		if v, ok := b.bool(sn, "auto_startup"); ok {
-			s.AutoStartup = v
-		}
+		s.Prefetch = b.intOr(sn, "prefetch", def.Prefetch)
+		s.Concurrency = b.intOr(sn, "concurrency", def.Concurrency)
+		s.Idempotent = b.boolOr(sn, "idempotent", def.Idempotent)
+		s.AutoStartup = b.boolOr(sn, "auto_startup", true)
 		s.QueueType = def.QueueType
 		if v, _ := b.str(sn, "queue_type"); v != "" {
 			s.QueueType = v
@@ -319,21 +320,10 @@ func (b *builder) consumer(n *node, def Defaults) *Consumer {
 		c.Declare = b.queue(dn, def)
 		c.Declare.Name = c.Queue
 	}
-	c.Prefetch = def.Prefetch
-	if v, ok := b.int(n, "prefetch"); ok {
-		c.Prefetch = v
-	}
-	c.Concurrency = def.Concurrency
-	if v, ok := b.int(n, "concurrency"); ok {
-		c.Concurrency = v
-	}
-	if v, ok := b.bool(n, "auto_startup"); ok {
-		c.AutoStartup = v
-	}
-	c.Idempotent = def.Idempotent
-	if v, ok := b.bool(n, "idempotent"); ok {
-		c.Idempotent = v
-	}
+	c.Prefetch = b.intOr(n, "prefetch", def.Prefetch)
+	c.Concurrency = b.intOr(n, "concurrency", def.Concurrency)
+	c.AutoStartup = b.boolOr(n, "auto_startup", true)
+	c.Idempotent = b.boolOr(n, "idempotent", def.Idempotent)
 	c.Retry = b.retry(n.get("retry"), def.Retry, def.Retry.Pos)
 	return c
 }
