@@ -3,11 +3,12 @@ package runtime_test
 import (
 	"bytes"
 	"flag"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/acemq/acemq-flow/test/testenv"
 
 	"github.com/acemq/acemq-flow/runtime"
 	"github.com/acemq/acemq-flow/spec"
@@ -30,19 +31,7 @@ func compile(t *testing.T, paths ...string) *runtime.Plan {
 
 func golden(t *testing.T, file string, got []byte) {
 	t.Helper()
-	if *update {
-		if err := os.WriteFile(file, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatalf("golden file %s: %v (run go test -update to create it)", file, err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("output differs from %s (run go test ./runtime -update and review the diff):\n got:\n%s\nwant:\n%s", file, got, want)
-	}
+	testenv.Golden(t, file, got, *update)
 }
 
 // TestPlanGoldens compiles every flow under testdata/plan and every example

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -174,19 +173,9 @@ consumers:
 	}
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 func TestAdminAPIServesMetricsAndGuardsChanges(t *testing.T) {
 	url := testenv.VHost(t)
-	addr := freeAddr(t)
+	addr := testenv.FreeAddr(t)
 	rt, _ := startInProcess(t, url, registryFlow, runtime.Options{AdminAddr: addr, AdminToken: "s3cret",
 		Handlers: map[string]runtime.HandlerFunc{"k.echo": echo}})
 	_ = rt

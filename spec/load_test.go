@@ -1,7 +1,6 @@
 package spec_test
 
 import (
-	"bytes"
 	"errors"
 	"flag"
 	"fmt"
@@ -12,6 +11,8 @@ import (
 	"testing"
 	"testing/fstest"
 	"time"
+
+	"github.com/acemq/acemq-flow/test/testenv"
 
 	"github.com/acemq/acemq-flow/runtime"
 	"github.com/acemq/acemq-flow/spec"
@@ -124,19 +125,7 @@ func TestInvalidFlows(t *testing.T) {
 
 func golden(t *testing.T, file string, got []byte) {
 	t.Helper()
-	if *update {
-		if err := os.WriteFile(file, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatalf("golden file %s: %v (run go test -update to create it)", file, err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("output differs from %s (run go test -update and review the diff):\n got:\n%s\nwant:\n%s", file, got, want)
-	}
+	testenv.Golden(t, file, got, *update)
 }
 
 func TestExamplesAndValidFlowsValidateCleanly(t *testing.T) {

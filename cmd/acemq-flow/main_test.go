@@ -5,10 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/acemq/acemq-flow/test/testenv"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -23,19 +24,7 @@ func cli(t *testing.T, args ...string) (string, string, int) {
 
 func golden(t *testing.T, file string, got []byte) {
 	t.Helper()
-	if *update {
-		if err := os.WriteFile(file, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatalf("golden file %s: %v (run go test -update to create it)", file, err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("output differs from %s (run go test ./cmd/acemq-flow -update and review the diff):\n got:\n%s\nwant:\n%s", file, got, want)
-	}
+	testenv.Golden(t, file, got, *update)
 }
 
 func TestValidateExitCodesAndFormats(t *testing.T) {

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"io"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -12,21 +11,11 @@ import (
 	"github.com/acemq/acemq-flow/test/testenv"
 )
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // TestConsumersCommandSteersTheRunningRuntime drives the registry through
 // the CLI, and sends a message with no flow files: the runtime builds it.
 func TestConsumersCommandSteersTheRunningRuntime(t *testing.T) {
 	url := testenv.VHost(t)
-	addr := freeAddr(t)
+	addr := testenv.FreeAddr(t)
 	startRuntime(t, url, "--admin", addr, writeFlow(t, threeSteps))
 
 	out, errOut, code := cli(t, "send", "--admin", addr, "--amqp", url, "--pipeline", "hops", "--data", `{"k":"v"}`, "--wait", "30s")

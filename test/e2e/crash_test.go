@@ -17,7 +17,7 @@ import (
 // with the reason, and the runtime keeps serving other messages.
 func TestAPluginThatCrashesIsRetriedAndRestarted(t *testing.T) {
 	url := testenv.VHost(t)
-	addr := freeAddr(t)
+	addr := testenv.FreeAddr(t)
 	startRuntime(t, url, "--admin", addr, writeFlow(t, `version: acemq.flow/v1
 name: e2e
 defaults:

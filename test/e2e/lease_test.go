@@ -32,7 +32,7 @@ func TestAClaimHeldByAKilledHandlerBlocksThenIsTakenOver(t *testing.T) {
 	url := testenv.VHost(t)
 	store := testenv.PostgresSchema(t)
 	flow := writeFlow(t, leaseFlow)
-	addr := freeAddr(t)
+	addr := testenv.FreeAddr(t)
 	args := []string{"--store", store, "--create-schema", "--claim-timeout", "8s", "--admin", addr, flow}
 	p := startRuntime(t, url, args...)
 	ch := dial(t, url)
