@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
+
+	"github.com/acemq/acemq-flow/runtime"
 )
 
 func newValidateCmd(io streams) *cobra.Command {
@@ -25,7 +27,7 @@ allowed), 1 when any file is invalid, 2 on usage errors.`,
 			}
 			_, plan, diags := loadAndCompile(io, args)
 			if plan != nil && plugins {
-				diags = mergeDiags(diags, checkPlugins(cmd.Context(), io, plan))
+				diags = mergeDiags(diags, runtime.CheckPlugins(cmd.Context(), plan))
 			}
 			if err := render(io.out, diags); err != nil {
 				return failed("write diagnostics: %w", err)

@@ -1,4 +1,4 @@
-package main
+package runtime
 
 import (
 	"context"
@@ -10,23 +10,29 @@ import (
 	"time"
 
 	"github.com/acemq/acemq-flow/plugins/host"
-	"github.com/acemq/acemq-flow/runtime"
 	"github.com/acemq/acemq-flow/spec"
 )
 
-// checkPlugins starts every plugin the plan names, asks each which handlers
-// it serves, and reports every handler the flows use that is missing or
-// whose declared types disagree with the flow's.
-func checkPlugins(ctx context.Context, io streams, plan *runtime.Plan) spec.Diagnostics {
+// CheckPlugins starts every plugin the plan names (one process per distinct
+// command, args, env and folder), asks each which handlers it serves, stops
+// it, and reports every handler the flows use that is missing or whose
+// declared types disagree with the flow's (`validate --plugins`).
+func CheckPlugins(ctx context.Context, plan *Plan) spec.Diagnostics {
 	var ds spec.Diagnostics
 	type served struct {
 		handlers map[string]host.HandlerInfo
 		err      error
 	}
 	byFlowPlugin := map[string]*served{}
+	byKey := map[string]*served{}
 	for _, p := range plan.Plugins {
+		if s, ok := byKey[pluginKey(p)]; ok {
+			byFlowPlugin[p.File+"\x00"+p.Name] = s
+			continue
+		}
 		s := &served{handlers: map[string]host.HandlerInfo{}}
 		byFlowPlugin[p.File+"\x00"+p.Name] = s
+		byKey[pluginKey(p)] = s
 		started, err := host.Start(ctx, host.Config{Name: p.Name, Command: p.Path, Dir: p.Dir, Args: p.Args, Env: p.Env, SHA256: p.SHA256,
 			Timeout: time.Duration(p.Timeout), Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
