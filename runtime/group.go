@@ -30,12 +30,13 @@ var ErrGroupSize = errors.New("a group needs at least one consumer")
 // even at concurrency one"): a queue, a handler, size consumers of their
 // own channel each, and counters.
 type group struct {
-	r    *Runtime
-	c    *Consumer
-	log  *slog.Logger
-	call func(ctx context.Context, req Request) (Result, error)
-	tmo  time.Duration
-	gate *claimGate // nil unless the consumer is idempotent
+	r     *Runtime
+	c     *Consumer
+	log   *slog.Logger
+	call  func(ctx context.Context, req Request) (Result, error)
+	tmo   time.Duration
+	gate  *claimGate // nil unless the consumer is idempotent
+	route []string   // the pipeline's declared route, for steps
 
 	counts   map[string]*atomic.Int64
 	inflight atomic.Int64
@@ -64,7 +65,7 @@ type member struct {
 
 func (r *Runtime) newGroup(c *Consumer) *group {
 	call, tmo := r.callerFor(c)
-	g := &group{r: r, c: c, call: call, tmo: tmo, state: StateStopped, size: max(c.Concurrency, 1), prefetch: c.Prefetch,
+	g := &group{r: r, c: c, call: call, tmo: tmo, route: r.routes[c.Pipeline], state: StateStopped, size: max(c.Concurrency, 1), prefetch: c.Prefetch,
 		log:    r.log.With("flow", c.Flow, "consumer", c.ID, "queue", c.Queue),
 		counts: map[string]*atomic.Int64{}}
 	g.mInflight = r.metrics.inflight.WithLabelValues(c.ID)
@@ -244,7 +245,7 @@ func (g *group) handle(ctx context.Context, d *broker.Delivery) {
 			dl := deadLetter(g.c, in, KindFatal, err.Error(), time.Now())
 			dec = &dl
 		case err != nil:
-			rd := Decide(g.c, g.r.routes[g.c.Pipeline], in, Result{}, fmt.Errorf("idempotency store: %w", err), time.Now(), rand.Float64())
+			rd := Decide(g.c, g.route, in, Result{}, fmt.Errorf("idempotency store: %w", err), time.Now(), rand.Float64())
 			dec = &rd
 		case state == stores.AlreadyConfirmed:
 			dec = &Decision{Outcome: OutcomeDuplicate}
@@ -268,7 +269,7 @@ func (g *group) handle(ctx context.Context, d *broker.Delivery) {
 		if err != nil && g.log.Enabled(ctx, slog.LevelDebug) {
 			g.log.Debug("handler failed", "message_id", in.Env.MessageID, "attempt", in.Env.Attempt, "error", err, "duration", time.Since(start))
 		}
-		d2 := Decide(g.c, g.r.routes[g.c.Pipeline], in, res, err, time.Now(), rand.Float64())
+		d2 := Decide(g.c, g.route, in, res, err, time.Now(), rand.Float64())
 		dec = &d2
 	}
 	g.carryOut(ctx, d, in, *dec, ticket)

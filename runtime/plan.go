@@ -152,6 +152,7 @@ type PipelinePlan struct {
 	Input       string   `json:"input,omitempty"`
 	Declaration string   `json:"declaration"`
 	At          spec.Pos `json:"-"`
+	file        *spec.Flow
 }
 
 // ItineraryPlan is an itinerary's stops.
@@ -436,7 +437,7 @@ func (c *compiler) pipeline(f *spec.Flow, p *spec.Pipeline) {
 	}
 	c.exchange(Exchange{Name: PipelineExchange(p.Name), Type: "direct", Mode: Declare, Purpose: "pipeline " + p.Name, At: p.Pos, Apply: f.Topology.Apply})
 	c.plan.Pipelines = append(c.plan.Pipelines, PipelinePlan{
-		Name: p.Name, Flow: f.Name, Exchange: PipelineExchange(p.Name), Route: route, Input: p.Input, At: p.Pos,
+		Name: p.Name, Flow: f.Name, Exchange: PipelineExchange(p.Name), Route: route, Input: p.Input, At: p.Pos, file: f,
 		Declaration: fmt.Sprintf("pipeline %s declared with %d steps: %s", p.Name, len(p.Steps), strings.Join(parts, " | ")),
 	})
 	for i, s := range p.Steps {

@@ -70,11 +70,11 @@ func FirstMessage(plan *Plan, t Target, payload []byte, now time.Time) (broker.M
 	}}
 	switch {
 	case t.Pipeline != "":
-		p, c := plan.pipeline(t.Pipeline)
+		p := plan.pipeline(t.Pipeline)
 		if p == nil {
 			return msg, fmt.Errorf("no pipeline %q in the flows; known: %s", t.Pipeline, plan.names("pipeline"))
 		}
-		if err := checkInput(c.File, p.Input, payload); err != nil {
+		if err := checkInput(p.file, p.Input, payload); err != nil {
 			return msg, fmt.Errorf("pipeline %q: %w", p.Name, err)
 		}
 		msg.Exchange, msg.RoutingKey = p.Exchange, p.Route[0]
@@ -134,19 +134,13 @@ func checkInput(f *spec.Flow, typ string, payload []byte) error {
 	return nil
 }
 
-func (p *Plan) pipeline(name string) (*PipelinePlan, *Consumer) {
+func (p *Plan) pipeline(name string) *PipelinePlan {
 	for i := range p.Pipelines {
-		if p.Pipelines[i].Name != name {
-			continue
+		if p.Pipelines[i].Name == name {
+			return &p.Pipelines[i]
 		}
-		for j := range p.Consumers {
-			if p.Consumers[j].Pipeline == name {
-				return &p.Pipelines[i], &p.Consumers[j]
-			}
-		}
-		return &p.Pipelines[i], &Consumer{}
 	}
-	return nil, nil
+	return nil
 }
 
 func (p *Plan) itinerary(name string) *ItineraryPlan {
