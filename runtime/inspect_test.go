@@ -6,27 +6,29 @@ import (
 	"testing"
 	"time"
 
+	"github.com/acemq/acemq-flow/test/queuetest"
+
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 func TestInspectShowsMessagesAndLeavesTheQueueAsItWas(t *testing.T) {
-	q := newQueues(t)
-	dlq := q.queue("orders.charge.dlq")
-	routed := failedHeaders(q.ns+".orders.charge", 5)
+	q := queuetest.New(t)
+	dlq := q.Queue("orders.charge.dlq")
+	routed := failedHeaders(q.NS+".orders.charge", 5)
 	routed[HeaderRoute] = "validate,reserve,dispatch"
 	routed[HeaderReplays] = int64(2)
-	q.put(dlq, "routed", routed, `{"order":1}`)
-	q.put(dlq, "slipped", amqp.Table{HeaderAttempt: int64(1), HeaderSlip: `{"steps":[` +
+	q.Put(dlq, "routed", routed, `{"order":1}`)
+	q.Put(dlq, "slipped", amqp.Table{HeaderAttempt: int64(1), HeaderSlip: `{"steps":[` +
 		`{"exchange":"orders-events","routingKey":"order.charge","name":"charge"},` +
 		`{"exchange":"orders-events","routingKey":"order.ship","name":"ship"}],"done":[` +
 		`{"exchange":"orders-events","routingKey":"order.validate","name":"validate","completedAt":"2026-09-09T14:03:11Z"},` +
 		`{"exchange":"orders-events","routingKey":"order.approve","name":"approve","completedAt":"2026-09-09T14:03:12.5Z"}]}`}, `{}`)
 	big := strings.Repeat("x", 300)
-	q.put(dlq, "big", amqp.Table{"x-death": []any{amqp.Table{
-		"queue": q.ns + ".orders.charge", "reason": "delivery_limit", "count": int64(1),
+	q.Put(dlq, "big", amqp.Table{"x-death": []any{amqp.Table{
+		"queue": q.NS + ".orders.charge", "reason": "delivery_limit", "count": int64(1),
 		"time": time.Date(2026, 9, 9, 14, 3, 20, 0, time.UTC)}}}, "\x00bin\n"+big)
 
-	view, err := Inspect(t.Context(), q.url, dlq, 2)
+	view, err := Inspect(t.Context(), q.URL, dlq, 2)
 	if err != nil {
 		t.Fatalf("Inspect(%s, 2) = %v", dlq, err)
 	}
@@ -35,7 +37,7 @@ func TestInspectShowsMessagesAndLeavesTheQueueAsItWas(t *testing.T) {
 	}
 	r := view.Messages[0]
 	if r.MessageID != "routed" || r.CorrelationID != "corr-routed" || r.Attempt != 5 || r.Replays != 2 ||
-		r.ErrorKind != "exhausted" || r.Error != "charge declined" || r.FailedQueue != q.ns+".orders.charge" ||
+		r.ErrorKind != "exhausted" || r.Error != "charge declined" || r.FailedQueue != q.NS+".orders.charge" ||
 		r.FailedAt != "2026-09-09T14:03:15Z" {
 		t.Errorf("Inspect: first message = %+v", r)
 	}
@@ -54,8 +56,8 @@ func TestInspectShowsMessagesAndLeavesTheQueueAsItWas(t *testing.T) {
 	}
 
 	// Nothing lost and nothing reordered.
-	q.waitDepth(dlq, 3)
-	view, err = Inspect(t.Context(), q.url, dlq, 10)
+	q.WaitDepth(dlq, 3)
+	view, err = Inspect(t.Context(), q.URL, dlq, 10)
 	if err != nil {
 		t.Fatalf("Inspect(%s, 10) = %v", dlq, err)
 	}
@@ -70,15 +72,15 @@ func TestInspectShowsMessagesAndLeavesTheQueueAsItWas(t *testing.T) {
 	if b.Size != 305 || !b.Truncated || !strings.HasPrefix(b.Preview, `\u0000bin\nxxx`) || strings.Count(b.Preview, "x") != PreviewBytes-5 {
 		t.Errorf("Inspect: big payload preview %q (size %d, truncated %v)", b.Preview, b.Size, b.Truncated)
 	}
-	if b.DeathReason != "delivery_limit" || b.FailedQueue != q.ns+".orders.charge" || b.FailedAt != "2026-09-09T14:03:20Z" {
+	if b.DeathReason != "delivery_limit" || b.FailedQueue != q.NS+".orders.charge" || b.FailedAt != "2026-09-09T14:03:20Z" {
 		t.Errorf("Inspect: broker-dead-lettered message: reason %q, failed in %q at %q", b.DeathReason, b.FailedQueue, b.FailedAt)
 	}
-	q.waitDepth(dlq, 3)
-	if got := ids(q.drain(dlq)); !slices.Equal(got, []string{"routed", "slipped", "big"}) {
+	q.WaitDepth(dlq, 3)
+	if got := ids(q.Drain(dlq)); !slices.Equal(got, []string{"routed", "slipped", "big"}) {
 		t.Errorf("after Inspect the queue holds %v, want [routed slipped big]", got)
 	}
 
-	if _, err := Inspect(t.Context(), q.url, q.ns+".absent", 1); err == nil || !strings.Contains(err.Error(), "does not exist") {
+	if _, err := Inspect(t.Context(), q.URL, q.NS+".absent", 1); err == nil || !strings.Contains(err.Error(), "does not exist") {
 		t.Errorf("Inspect(absent queue) = %v, want an error saying it does not exist", err)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/acemq/acemq-flow/test/queuetest"
+
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/acemq/acemq-flow/runtime"
@@ -35,16 +37,16 @@ func TestInspectCommandUsageErrors(t *testing.T) {
 }
 
 func TestInspectCommandShowsMessagesAndKeepsThem(t *testing.T) {
-	e := newDLQEnv(t)
-	dlq := e.queue("orders.charge.dlq")
-	e.put(dlq, "m-1", amqp.Table{
+	e := queuetest.New(t)
+	dlq := e.Queue("orders.charge.dlq")
+	e.Put(dlq, "m-1", amqp.Table{
 		runtime.HeaderAttempt: int64(5), runtime.HeaderErrorKind: "exhausted", runtime.HeaderError: "card declined",
 		runtime.HeaderRoute: "validate,reserve,dispatch", runtime.HeaderRoutePosition: int64(1),
 	}, `{"order":1}`)
-	e.put(dlq, "m-2", amqp.Table{runtime.HeaderSlip: `{"steps":[{"exchange":"x","routingKey":"ship","name":"ship"}],` +
+	e.Put(dlq, "m-2", amqp.Table{runtime.HeaderSlip: `{"steps":[{"exchange":"x","routingKey":"ship","name":"ship"}],` +
 		`"done":[{"exchange":"x","routingKey":"charge","name":"charge","completedAt":"2026-09-09T14:03:12Z"}]}`}, `{}`)
 
-	out, errOut, code := cli(t, "inspect", dlq, "--limit", "1", "--amqp", e.url)
+	out, errOut, code := cli(t, "inspect", dlq, "--limit", "1", "--amqp", e.URL)
 	if code != 0 {
 		t.Fatalf("inspect: exit %d, stderr %s", code, errOut)
 	}
@@ -60,9 +62,9 @@ func TestInspectCommandShowsMessagesAndKeepsThem(t *testing.T) {
 			t.Errorf("inspect stdout lacks %q:\n%s", want, out)
 		}
 	}
-	e.waitDepth(dlq, 2)
+	e.WaitDepth(dlq, 2)
 
-	out, errOut, code = cli(t, "inspect", dlq, "--format", "json", "--amqp", e.url)
+	out, errOut, code = cli(t, "inspect", dlq, "--format", "json", "--amqp", e.URL)
 	if code != 0 {
 		t.Fatalf("inspect --format json: exit %d, stderr %s", code, errOut)
 	}
@@ -73,9 +75,9 @@ func TestInspectCommandShowsMessagesAndKeepsThem(t *testing.T) {
 	if view.Depth != 2 || len(view.Messages) != 2 || view.Messages[1].SlipText != "charge ✓ 14:03:12 → [ship]" {
 		t.Errorf("inspect --format json = %+v", view)
 	}
-	e.waitDepth(dlq, 2)
+	e.WaitDepth(dlq, 2)
 
-	_, errOut, code = cli(t, "inspect", e.ns+".absent", "--amqp", e.url)
+	_, errOut, code = cli(t, "inspect", e.NS+".absent", "--amqp", e.URL)
 	if code != 1 || !strings.Contains(errOut, "does not exist") {
 		t.Errorf("inspect of a missing queue: exit %d, stderr %q; want exit 1 saying it does not exist", code, errOut)
 	}

@@ -1,80 +1,15 @@
 package main
 
 import (
-	"context"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/acemq/acemq-flow/test/queuetest"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/acemq/acemq-flow/runtime"
-	"github.com/acemq/acemq-flow/runtime/broker"
-	"github.com/acemq/acemq-flow/test/testenv"
 )
-
-// dlqEnv is a broker connection for one CLI test, with queues of its own
-// deleted when the test ends.
-type dlqEnv struct {
-	t   *testing.T
-	url string
-	ns  string
-	top *broker.Topology
-	pub *broker.Publisher
-}
-
-func newDLQEnv(t *testing.T) *dlqEnv {
-	t.Helper()
-	url := testenv.AMQP(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	conn, err := broker.Open(ctx, url, broker.ConnOptions{Name: "acemq-flow test " + t.Name()})
-	if err != nil {
-		t.Fatalf("broker.Open: %v", err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	top := broker.NewTopology(conn, nil)
-	t.Cleanup(func() { top.Close() })
-	pub, err := broker.OpenPublisher(ctx, conn, broker.PublisherOptions{})
-	if err != nil {
-		t.Fatalf("OpenPublisher: %v", err)
-	}
-	t.Cleanup(func() { pub.Close() })
-	return &dlqEnv{t: t, url: url, ns: testenv.Names(t), top: top, pub: pub}
-}
-
-func (e *dlqEnv) queue(name string) string {
-	e.t.Helper()
-	full := e.ns + "." + name
-	if err := e.top.DeclareQueue(e.t.Context(), broker.Queue{Name: full, Durable: true, Args: map[string]any{"x-queue-type": "classic"}}); err != nil {
-		e.t.Fatalf("declare queue %q: %v", full, err)
-	}
-	e.t.Cleanup(func() { _, _ = e.top.DeleteQueue(context.Background(), full) })
-	return full
-}
-
-func (e *dlqEnv) put(queue, id string, headers amqp.Table, body string) {
-	e.t.Helper()
-	err := e.pub.Publish(e.t.Context(), broker.Message{RoutingKey: queue, Publishing: amqp.Publishing{
-		MessageId: id, ContentType: "application/json", Headers: headers, Body: []byte(body)}})
-	if err != nil {
-		e.t.Fatalf("publish %q to %q: %v", id, queue, err)
-	}
-}
-
-func (e *dlqEnv) waitDepth(queue string, want int) {
-	e.t.Helper()
-	testenv.Eventually(e.t, 10*time.Second, func() error {
-		n, err := e.top.Depth(e.t.Context(), queue)
-		if err != nil {
-			return err
-		}
-		if n != want {
-			return testenv.Errorf("queue %q holds %d message(s), want %d", queue, n, want)
-		}
-		return nil
-	})
-}
 
 func TestReplayCommandUsageErrors(t *testing.T) {
 	cases := []struct {
@@ -100,14 +35,14 @@ func TestReplayCommandUsageErrors(t *testing.T) {
 }
 
 func TestReplayCommandMovesMessagesBack(t *testing.T) {
-	e := newDLQEnv(t)
-	target := e.queue("orders.charge")
-	dlq := e.queue("orders.charge.dlq")
-	e.queue("orders.charge.parked")
-	e.put(dlq, "m-1", amqp.Table{runtime.HeaderAttempt: int64(5), runtime.HeaderError: "boom"}, `{}`)
-	e.put(dlq, "m-2", amqp.Table{runtime.HeaderAttempt: int64(5), runtime.HeaderReplays: int64(3)}, `{}`)
+	e := queuetest.New(t)
+	target := e.Queue("orders.charge")
+	dlq := e.Queue("orders.charge.dlq")
+	e.Queue("orders.charge.parked")
+	e.Put(dlq, "m-1", amqp.Table{runtime.HeaderAttempt: int64(5), runtime.HeaderError: "boom"}, `{}`)
+	e.Put(dlq, "m-2", amqp.Table{runtime.HeaderAttempt: int64(5), runtime.HeaderReplays: int64(3)}, `{}`)
 
-	out, errOut, code := cli(t, "replay", dlq, "--dry-run", "--amqp", e.url)
+	out, errOut, code := cli(t, "replay", dlq, "--dry-run", "--amqp", e.URL)
 	if code != 0 {
 		t.Fatalf("replay --dry-run: exit %d, stderr %s", code, errOut)
 	}
@@ -120,9 +55,9 @@ func TestReplayCommandMovesMessagesBack(t *testing.T) {
 			t.Errorf("replay --dry-run stdout lacks %q:\n%s", want, out)
 		}
 	}
-	e.waitDepth(dlq, 2)
+	e.WaitDepth(dlq, 2)
 
-	out, errOut, code = cli(t, "replay", dlq, "--amqp", e.url)
+	out, errOut, code = cli(t, "replay", dlq, "--amqp", e.URL)
 	if code != 0 {
 		t.Fatalf("replay: exit %d, stderr %s", code, errOut)
 	}
@@ -139,23 +74,23 @@ func TestReplayCommandMovesMessagesBack(t *testing.T) {
 	if want := "replay " + dlq + ": 2 of 2 message(s) handled\n"; errOut != want {
 		t.Errorf("replay stderr = %q, want %q", errOut, want)
 	}
-	e.waitDepth(dlq, 0)
-	e.waitDepth(target, 1)
+	e.WaitDepth(dlq, 0)
+	e.WaitDepth(target, 1)
 }
 
 func TestReplayCommandToAMissingQueueFails(t *testing.T) {
-	e := newDLQEnv(t)
-	dlq := e.queue("orders.charge.dlq")
-	e.put(dlq, "m-1", amqp.Table{runtime.HeaderAttempt: int64(5)}, `{}`)
+	e := queuetest.New(t)
+	dlq := e.Queue("orders.charge.dlq")
+	e.Put(dlq, "m-1", amqp.Table{runtime.HeaderAttempt: int64(5)}, `{}`)
 
-	out, errOut, code := cli(t, "replay", dlq, "--to", e.ns+".nowhere", "--amqp", e.url)
-	if code != 1 || !strings.Contains(errOut, `queue "`+e.ns+`.nowhere" does not exist`) || !strings.Contains(errOut, `"m-1"`) {
+	out, errOut, code := cli(t, "replay", dlq, "--to", e.NS+".nowhere", "--amqp", e.URL)
+	if code != 1 || !strings.Contains(errOut, `queue "`+e.NS+`.nowhere" does not exist`) || !strings.Contains(errOut, `"m-1"`) {
 		t.Errorf("replay --to a missing queue: exit %d, stderr %q; want exit 1 naming the queue and the message", code, errOut)
 	}
 	if !strings.Contains(out, "0 moved, 0 parked, 1 left") {
 		t.Errorf("replay --to a missing queue: stdout %q, want the summary with 1 left", out)
 	}
-	e.waitDepth(dlq, 1)
+	e.WaitDepth(dlq, 1)
 }
 
 func TestReplayCommandNeverShowsThePassword(t *testing.T) {
