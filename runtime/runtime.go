@@ -75,15 +75,10 @@ type Runtime struct {
 	paused  []string // groups stopped by Pause, started again by Resume
 	pauseMu sync.Mutex
 
-	groups   map[string]*group     // by consumer id; fixed once Run has started them
-	order    []string              // consumer ids, sorted
-	plugins  map[string]stepCaller // by plugin key
+	groups   map[string]*group       // by consumer id; fixed once Run has started them
+	order    []string                // consumer ids, sorted
+	plugins  map[string]*host.Plugin // by plugin key
 	pluginMu sync.Mutex
-}
-
-// stepCaller is what a group needs of a plugin.
-type stepCaller interface {
-	Call(ctx context.Context, req host.Request) (host.Result, error)
 }
 
 // ErrUnsupported is returned by New for parts of the format the runtime does
@@ -127,7 +122,7 @@ func New(plan *Plan, opts Options) (*Runtime, error) {
 		return nil, err
 	}
 	r := &Runtime{plan: plan, opts: opts, log: opts.Log, routes: map[string][]string{}, groups: map[string]*group{},
-		plugins: map[string]stepCaller{}, metrics: newMetrics(), started: make(chan struct{})}
+		plugins: map[string]*host.Plugin{}, metrics: newMetrics(), started: make(chan struct{})}
 	for _, p := range plan.Pipelines {
 		r.routes[p.Name] = p.Route
 	}
@@ -233,9 +228,7 @@ func (r *Runtime) closeAll() {
 	}
 	r.pluginMu.Lock()
 	for _, p := range r.plugins {
-		if c, ok := p.(interface{ Close() error }); ok {
-			_ = c.Close()
-		}
+		_ = p.Close()
 	}
 	r.pluginMu.Unlock()
 	if r.consume != nil {
@@ -455,7 +448,7 @@ func (r *Runtime) ensurePlugin(ctx context.Context, c *Consumer) error {
 	key := pluginKey(p)
 	r.pluginMu.Lock()
 	defer r.pluginMu.Unlock()
-	caller, ok := r.plugins[key]
+	hp, ok := r.plugins[key]
 	if !ok {
 		started, err := host.Start(ctx, host.Config{Name: p.Name, Command: p.Path, Dir: p.Dir, Args: p.Args, Env: p.Env, SHA256: p.SHA256,
 			Timeout: time.Duration(p.Timeout), Logger: r.log})
@@ -463,22 +456,19 @@ func (r *Runtime) ensurePlugin(ctx context.Context, c *Consumer) error {
 			return fmt.Errorf("plugin %q (%s): %w", p.Name, p.At, err)
 		}
 		r.plugins[key] = started
-		caller = started
+		hp = started
 	}
-	if hp, ok := caller.(*host.Plugin); ok {
-		_, handler, _ := strings.Cut(c.Handler, ".")
-		var names []string
-		for _, h := range hp.Handlers() {
-			if h.Name == handler {
-				return nil
-			}
-			names = append(names, h.Name)
+	_, handler, _ := strings.Cut(c.Handler, ".")
+	var names []string
+	for _, h := range hp.Handlers() {
+		if h.Name == handler {
+			return nil
 		}
-		slices.Sort(names)
-		return fmt.Errorf("%s: consumer %q uses handler %q, but plugin %q serves no handler %q; it serves %s",
-			c.At, c.ID, c.Handler, p.Name, handler, strings.Join(names, ", "))
+		names = append(names, h.Name)
 	}
-	return nil
+	slices.Sort(names)
+	return fmt.Errorf("%s: consumer %q uses handler %q, but plugin %q serves no handler %q; it serves %s",
+		c.At, c.ID, c.Handler, p.Name, handler, strings.Join(names, ", "))
 }
 
 // pluginRestarts reports each running plugin's restarts, by name.
@@ -487,8 +477,8 @@ func (r *Runtime) pluginRestarts() map[string]int64 {
 	defer r.pluginMu.Unlock()
 	out := map[string]int64{}
 	for _, p := range r.plan.Plugins {
-		if c, ok := r.plugins[pluginKey(p)].(*host.Plugin); ok {
-			out[p.Name] += c.Restarts()
+		if hp, ok := r.plugins[pluginKey(p)]; ok {
+			out[p.Name] += hp.Restarts()
 		}
 	}
 	return out
