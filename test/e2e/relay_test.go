@@ -55,6 +55,23 @@ func TestRunWithRelayPublishesTheOutboxBytesUnchanged(t *testing.T) {
 	if m.MessageId != "kept" || string(m.Body) != string(body) || m.ContentType != "application/octet-stream" {
 		t.Errorf("relayed %q %q %q, want the committed record's bytes unchanged", m.MessageId, m.Body, m.ContentType)
 	}
+	// Once the relay has marked everything it had, the queue holds nothing
+	// more: the rolled-back record was never there to send.
+	st, err = sqlite.Open(ctx, path, stores.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	testenv.Eventually(t, 30*time.Second, func() error {
+		pending, err := st.ListPending(ctx, 10)
+		if err != nil {
+			return err
+		}
+		if len(pending) > 0 {
+			return testenv.Errorf("%d outbox records not yet marked published", len(pending))
+		}
+		return nil
+	})
 	q, err := ch.QueueDeclarePassive("orders.placed", true, false, false, false, nil)
 	if err != nil || q.Messages != 0 {
 		t.Errorf("orders.placed holds %d more messages (err %v); the rolled-back record must never be sent", q.Messages, err)
