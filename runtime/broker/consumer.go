@@ -31,12 +31,20 @@ type Delivery struct {
 
 type consGen struct {
 	ch   *amqp.Channel
+	ack  *acker // nil for basic.get: acks are then written one by one
 	dead atomic.Bool
 	stop chan struct{} // closed when the consumer stops handing out this channel's deliveries
 }
 
-// Ack acknowledges the delivery: the broker forgets the message.
+// Ack acknowledges the delivery: the broker forgets the message. A
+// consumed delivery's ack is written shortly after Ack returns, coalesced
+// with others of its channel (see acker); if the channel closes first, the
+// broker redelivers the message, as it would had the ack been lost on the
+// way.
 func (d *Delivery) Ack() error {
+	if a := d.g.ack; a != nil {
+		return d.settle(func() error { a.ack(d.DeliveryTag); return nil }, 0)
+	}
 	return d.settle(func() error { return d.g.ch.Ack(d.DeliveryTag, false) }, 0)
 }
 
@@ -44,12 +52,22 @@ func (d *Delivery) Ack() error {
 // delivers it again, without it the broker dead-letters it (when the queue
 // has a dead-letter exchange) or drops it.
 func (d *Delivery) Nack(requeue bool) error {
-	return d.settle(func() error { return d.g.ch.Nack(d.DeliveryTag, false, requeue) }, 1)
+	return d.settle(func() error { return d.written(d.g.ch.Nack(d.DeliveryTag, false, requeue)) }, 1)
 }
 
 // Reject is Nack for one message, sent as basic.reject.
 func (d *Delivery) Reject(requeue bool) error {
-	return d.settle(func() error { return d.g.ch.Reject(d.DeliveryTag, requeue) }, 2)
+	return d.settle(func() error { return d.written(d.g.ch.Reject(d.DeliveryTag, requeue)) }, 2)
+}
+
+// written tells the channel's acker that the delivery was settled on the
+// broker, once its nack or reject is written, so coalesced acks can pass
+// over its tag.
+func (d *Delivery) written(err error) error {
+	if err == nil && d.g.ack != nil {
+		d.g.ack.settled(d.DeliveryTag)
+	}
+	return err
 }
 
 func (d *Delivery) settle(send func() error, kind int) error {
@@ -210,6 +228,13 @@ func (c *Consumer) Stats() ConsumerStats {
 	}
 }
 
+// lostAcks counts acknowledgements that were not written because the
+// channel closed first.
+func (c *Consumer) lostAcks(n int64) {
+	c.acked.Add(-n)
+	c.stale.Add(n)
+}
+
 func (c *Consumer) release() {
 	if c.inflight.Add(-1) == 0 {
 		select {
@@ -298,12 +323,13 @@ func (c *Consumer) session(ctx context.Context, r *run) (drained bool, left int6
 		return false, 0, false, err
 	}
 	stop := make(chan struct{})
-	g := &consGen{ch: ch, stop: stop}
+	g := &consGen{ch: ch, stop: stop, ack: newAcker(ch, c.lostAcks)}
 	closes := ch.NotifyClose(make(chan *amqp.Error, 1))
 	cancels := ch.NotifyCancel(make(chan string, 4))
 
 	end := func(cause error) (bool, int64, bool, error) {
 		g.dead.Store(true)
+		_ = g.ack.close(false)
 		close(stop)
 		_ = c.conn.call(context.WithoutCancel(ctx), "close consumer channel", ch.Close)
 		return false, 0, started, cause
@@ -351,6 +377,7 @@ func (c *Consumer) session(ctx context.Context, r *run) (drained bool, left int6
 				cause = e
 			}
 			g.dead.Store(true)
+			_ = g.ack.close(false)
 			close(stop)
 			return false, 0, true, cause
 		case t, ok := <-cancels:
@@ -392,6 +419,9 @@ func (c *Consumer) drain(ch *amqp.Channel, g *consGen, tag string, closes <-chan
 	_ = c.conn.call(bg, "basic.cancel", func() error { return ch.Cancel(tag, false) })
 	c.log.Info("consumer draining", "consumer", tag, "left", c.inflight.Load())
 	left := c.waitDrained(deadline, closes)
+	// Write the acks still waiting before the channel closes, or the
+	// broker would deliver those messages again.
+	_ = g.ack.close(true)
 	g.dead.Store(true)
 	_ = c.conn.call(bg, "close consumer channel", ch.Close)
 	return true, left, true, nil
