@@ -125,8 +125,8 @@ func TestWriteMigrationsPrintsWhatMigrateRuns(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(ms) != 3 {
-			t.Fatalf("Migrations(%s) = %d files, want 3", u, len(ms))
+		if len(ms) < 3 {
+			t.Fatalf("Migrations(%s) = %d files, want the migrations table, idempotency and outbox at least", u, len(ms))
 		}
 		var buf bytes.Buffer
 		if err := stores.WriteMigrations(&buf, u); err != nil {

@@ -93,7 +93,10 @@ func quorum(b *testing.B, ch *amqp.Channel, name string) {
 
 // rawHop is the limit: consume from src, publish to dst with a confirm,
 // acknowledge the input when the output's confirm arrives, many in flight.
-func rawHop(b *testing.B, url, src, dst string, n int) float64 {
+// With headers, each output carries the properties and x-acemq headers a
+// pipeline step's output carries (FLOW-FORMAT §2), which shows what the
+// wire format itself costs the broker: hop-raw-headers, for information.
+func rawHop(b *testing.B, url, src, dst string, n int, headers bool) float64 {
 	conn, err := amqp.Dial(url)
 	if err != nil {
 		b.Fatal(err)
@@ -132,8 +135,16 @@ func rawHop(b *testing.B, url, src, dst string, n int) float64 {
 	start := time.Now()
 	for i := 0; i < n; i++ {
 		d := <-dels
-		dc, err := pch.PublishWithDeferredConfirmWithContext(context.Background(), "", dst, true, false,
-			amqp.Publishing{MessageId: d.MessageId, Body: d.Body, DeliveryMode: amqp.Persistent})
+		out := amqp.Publishing{MessageId: d.MessageId, Body: d.Body, DeliveryMode: amqp.Persistent}
+		if headers {
+			now := time.Now()
+			out.MessageId, out.CorrelationId = runtime.NewMessageID(), d.MessageId
+			out.ContentType, out.Timestamp = "application/json", now.UTC().Truncate(time.Second)
+			out.Headers = amqp.Table{runtime.HeaderAttempt: int64(1), runtime.HeaderCausationID: d.MessageId,
+				runtime.HeaderFirstSeen: runtime.FormatTime(now), runtime.HeaderOrigin: "bench",
+				runtime.HeaderRoute: "a,b", runtime.HeaderRoutePosition: int64(1)}
+		}
+		dc, err := pch.PublishWithDeferredConfirmWithContext(context.Background(), "", dst, true, false, out)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -220,7 +231,18 @@ func runtimeHop(b *testing.B, url, pipe, handler, testkit string, inprocess bool
 	if err := <-errc; err != nil {
 		b.Fatal(err)
 	}
+	for _, q := range plan.Queues {
+		drop(b, ch, q.Name)
+	}
 	return float64(n) / end.Sub(start).Seconds()
+}
+
+// drop deletes a queue once measured, so that every figure starts from the
+// same broker: no earlier run's messages held in quorum queues.
+func drop(b *testing.B, ch *amqp.Channel, queue string) {
+	if _, err := ch.QueueDelete(queue, false, false, false); err != nil {
+		b.Fatal(err)
+	}
 }
 
 func declare(b *testing.B, ch *amqp.Channel, plan *runtime.Plan) {
@@ -252,8 +274,8 @@ func buildTestkit(b *testing.B) string {
 	return out
 }
 
-// BenchmarkHop prints hop-raw, hop-inprocess, hop-plugin and (with
-// PostgreSQL) hop-idempotent, each the
+// BenchmarkHop prints hop-raw, hop-raw-headers, hop-inprocess, hop-plugin
+// and (with PostgreSQL) hop-idempotent, each the
 // median of three runs of 5,000 1 KiB messages on quorum queues, prefetch
 // 256, with the ratios against the raw hop.
 func BenchmarkHop(b *testing.B) {
@@ -265,7 +287,7 @@ func BenchmarkHop(b *testing.B) {
 	}
 	defer conn.Close()
 	ch, _ := conn.Channel()
-	var raw, inproc, plugin, idem []float64
+	var raw, rawHeaders, inproc, plugin, idem []float64
 	var store stores.Set
 	if os.Getenv(testenv.PostgresEnv) != "" {
 		st, err := stores.Open(context.Background(), testenv.PostgresSchema(b), stores.Options{})
@@ -278,29 +300,45 @@ func BenchmarkHop(b *testing.B) {
 		}
 		store = st
 	}
+	// ACEMQ_BENCH_ONLY=inprocess|plugin|idempotent runs the raw hop and that
+	// one figure only (for profiling).
+	only := os.Getenv("ACEMQ_BENCH_ONLY")
+	want := func(name string) bool { return only == "" || only == name }
 	for r := range rounds {
 		src, dst := fmt.Sprintf("raw%d.src", r), fmt.Sprintf("raw%d.dst", r)
 		quorum(b, ch, src)
 		quorum(b, ch, dst)
 		fill(b, ch, "", src, messages)
-		raw = append(raw, rawHop(b, url, src, dst, messages))
-		inproc = append(inproc, runtimeHop(b, url, fmt.Sprintf("inproc%d", r), "testkit.noop", testkit, true, nil, 1, messages))
-		if only := os.Getenv("ACEMQ_BENCH_ONLY"); only == "inprocess" {
-			continue
-		} else if only == "idempotent" {
-			if store != nil {
-				idem = append(idem, runtimeHop(b, url, fmt.Sprintf("idem%d", r), "testkit.noop", testkit, true, store, 64, messages))
-			}
-			continue
+		raw = append(raw, rawHop(b, url, src, dst, messages, false))
+		drop(b, ch, src)
+		drop(b, ch, dst)
+		if only == "" {
+			src, dst = fmt.Sprintf("rawh%d.src", r), fmt.Sprintf("rawh%d.dst", r)
+			quorum(b, ch, src)
+			quorum(b, ch, dst)
+			fill(b, ch, "", src, messages)
+			rawHeaders = append(rawHeaders, rawHop(b, url, src, dst, messages, true))
+			drop(b, ch, src)
+			drop(b, ch, dst)
 		}
-		plugin = append(plugin, runtimeHop(b, url, fmt.Sprintf("plugin%d", r), "testkit.echo", testkit, false, nil, 32, messages))
-		if store != nil {
+		if want("inprocess") {
+			inproc = append(inproc, runtimeHop(b, url, fmt.Sprintf("inproc%d", r), "testkit.noop", testkit, true, nil, 1, messages))
+		}
+		if want("plugin") {
+			plugin = append(plugin, runtimeHop(b, url, fmt.Sprintf("plugin%d", r), "testkit.echo", testkit, false, nil, 32, messages))
+		}
+		if want("idempotent") && store != nil {
 			idem = append(idem, runtimeHop(b, url, fmt.Sprintf("idem%d", r), "testkit.noop", testkit, true, store, 64, messages))
 		}
 	}
 	rawM := median(raw)
 	fmt.Printf("bench: hop-raw %.0f msgs/s\n", rawM)
-	fmt.Printf("bench: hop-inprocess %.0f msgs/s raw=%.0f ratio=%.2f\n", median(inproc), rawM, median(inproc)/rawM)
+	if len(rawHeaders) > 0 {
+		fmt.Printf("bench: hop-raw-headers %.0f msgs/s raw=%.0f ratio=%.2f\n", median(rawHeaders), rawM, median(rawHeaders)/rawM)
+	}
+	if len(inproc) > 0 {
+		fmt.Printf("bench: hop-inprocess %.0f msgs/s raw=%.0f ratio=%.2f\n", median(inproc), rawM, median(inproc)/rawM)
+	}
 	if len(plugin) > 0 {
 		fmt.Printf("bench: hop-plugin %.0f msgs/s raw=%.0f ratio=%.2f\n", median(plugin), rawM, median(plugin)/rawM)
 	}
