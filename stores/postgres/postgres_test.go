@@ -159,3 +159,48 @@ func TestOpenNeverShowsThePassword(t *testing.T) {
 		t.Fatalf("Open error shows the password: %v", err)
 	}
 }
+
+// A claim and a confirm sent together share one transaction: when the claim
+// fails (here a lock timeout on its row), the confirm is not recorded
+// either, and the error says so for both.
+func TestClaimConfirmBatchIsOneTransaction(t *testing.T) {
+	ctx := t.Context()
+	connURL := postgres.TestURL(t)
+	s := postgres.OpenTestURL(t, connURL, stores.Options{LockTimeout: 200 * time.Millisecond})
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a, err := s.TryClaim(ctx, stores.ClaimRequest{Key: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.TryClaim(ctx, stores.ClaimRequest{Key: "locked"}); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := appPool(t, connURL).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM acemq_idempotency WHERE key = 'locked' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = s.ClaimConfirmBatch(ctx, []stores.ClaimRequest{{Key: "locked"}}, []stores.Held{{Key: "a", Token: a.Token}})
+	if err == nil {
+		t.Fatal("ClaimConfirmBatch with the claim's row locked: nil error, want a lock timeout")
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The confirm rolled back with the claim: "a" is still only claimed.
+	if c, err := s.TryClaim(ctx, stores.ClaimRequest{Key: "a"}); err != nil || c.State != stores.InProgress {
+		t.Fatalf("TryClaim(a) after the failed batch = %v, %v; want in progress (not confirmed)", c.State, err)
+	}
+	out, refused, err := s.ClaimConfirmBatch(ctx, []stores.ClaimRequest{{Key: "b"}}, []stores.Held{{Key: "a", Token: a.Token}})
+	if err != nil || refused[0] != nil || out[0].State != stores.Claimed {
+		t.Fatalf("ClaimConfirmBatch after the lock = %v, %v, %v; want b claimed and a confirmed", out, refused, err)
+	}
+	if c, err := s.TryClaim(ctx, stores.ClaimRequest{Key: "a"}); err != nil || c.State != stores.AlreadyConfirmed {
+		t.Fatalf("TryClaim(a) = %v, %v; want already confirmed", c.State, err)
+	}
+}
