@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net/url"
 	"path"
 	"reflect"
 	"sort"
@@ -108,6 +109,13 @@ type typeCompiler struct {
 
 const fileScheme = "file:///"
 
+// fileURL is the URL of a path in the flow's file system, escaped, so that
+// a name holding '#', '?' or '%' (a type named `0#`, say) stays part of the
+// path instead of becoming a fragment or a query.
+func fileURL(p string) string {
+	return (&url.URL{Scheme: "file", Path: "/" + p}).String()
+}
+
 func newTypeCompiler(fsys fs.FS, file string) *typeCompiler {
 	tc := &typeCompiler{fsys: fsys, dir: path.Dir(file), base: path.Base(file)}
 	c := jsonschema.NewCompiler()
@@ -128,14 +136,11 @@ func (e refOutside) Error() string {
 }
 
 func (tc *typeCompiler) load(u string) (io.ReadCloser, error) {
-	p, ok := strings.CutPrefix(u, fileScheme)
-	if !ok {
+	pu, err := url.Parse(u)
+	if err != nil || pu.Scheme != "file" || pu.Host != "" {
 		return nil, fmt.Errorf("$ref %q is not a file in the flow's folder; only relative file references are allowed", u)
 	}
-	if i := strings.IndexByte(p, '#'); i >= 0 {
-		p = p[:i]
-	}
-	p = path.Clean(p)
+	p := path.Clean(strings.TrimPrefix(pu.Path, "/"))
 	if tc.dir != "." && !strings.HasPrefix(p, tc.dir+"/") || strings.HasPrefix(p, "../") || p == ".." {
 		return nil, refOutside{ref: p}
 	}
@@ -165,7 +170,7 @@ func (tc *typeCompiler) compile(name string, doc any) (*jsonschema.Schema, error
 	}
 	// The inline document lives beside the flow file, so relative $refs in
 	// it resolve against the flow file's folder.
-	u := fileScheme + path.Join(tc.dir, tc.base+".types."+name+".json")
+	u := fileURL(path.Join(tc.dir, tc.base+".types."+name+".json"))
 	if err := tc.c.AddResource(u, bytes.NewReader(raw)); err != nil {
 		return nil, err
 	}
