@@ -142,7 +142,7 @@ type claimStore interface {
 // lone delivery pays no added wait, and deliveries arriving while the
 // previous batch is in the database (about a millisecond) go together.
 const (
-	gateMaxBatch    = 128              // claims and confirms per round trip
+	gateMaxBatch    = 128              // claims or confirms per round trip
 	gateMaxInFlight = 2                // round trips per gate at once
 	gateOpTimeout   = 10 * time.Second // bound on one round trip
 )
@@ -150,35 +150,14 @@ const (
 // claimGate claims, confirms and releases deliveries of one consumer in the
 // idempotency store. It is safe for concurrent use by the consumer's
 // handlers and starts no goroutines: the first caller of a batch sends it.
-//
-// Claims and confirms travel in the same batches: the confirms of
-// deliveries whose output the broker just confirmed go with the claims of
-// deliveries just received. On a store that can (stores.ClaimConfirmer) they share
-// one transaction, so the database commits once for both, and commits are
-// what bound an idempotent consumer on a database that flushes its log on
-// every commit.
 type claimGate struct {
 	store    claimStore
 	consumer string
 	owner    string
 	lease    time.Duration
 	log      *slog.Logger
-	ops      *coalescer[gateOp, gateAnswer]
-}
-
-// gateOp is a claim, or a confirm when confirm is set.
-type gateOp struct {
-	claim   stores.ClaimRequest
-	held    stores.Held
-	confirm bool
-}
-
-// gateAnswer answers one gateOp: the claim, or the confirm's refusal; err
-// is a failure of the store for this op.
-type gateAnswer struct {
-	claim   stores.Claim
-	refused error
-	err     error
+	claims   *coalescer[stores.ClaimRequest, stores.Claim]
+	confirms *coalescer[stores.Held, error]
 }
 
 // newClaimGate returns the gate of consumer consumerID on store. Claims are
@@ -197,65 +176,10 @@ func newClaimGate(store claimStore, consumerID string, claimTimeout time.Duratio
 		lease:    claimTimeout,
 		log:      log.With("consumer", consumerID),
 	}
-	g.ops = newCoalescer(gateMaxBatch, gateMaxInFlight, gateOpTimeout, g.exchange)
-	g.ops.abandoned = g.releaseAbandoned
+	g.claims = newCoalescer(gateMaxBatch, gateMaxInFlight, gateOpTimeout, store.TryClaimBatch)
+	g.claims.abandoned = g.releaseAbandoned
+	g.confirms = newCoalescer(gateMaxBatch, gateMaxInFlight, gateOpTimeout, store.ConfirmBatch)
 	return g
-}
-
-// exchange sends one batch of claims and confirms to the store.
-func (g *claimGate) exchange(ctx context.Context, ops []gateOp) ([]gateAnswer, error) {
-	var claims []stores.ClaimRequest
-	var held []stores.Held
-	for _, op := range ops {
-		if op.confirm {
-			held = append(held, op.held)
-		} else {
-			claims = append(claims, op.claim)
-		}
-	}
-	var (
-		got        []stores.Claim
-		refused    []error
-		cerr, ferr error
-	)
-	if cc, ok := g.store.(stores.ClaimConfirmer); ok && len(claims) > 0 && len(held) > 0 {
-		got, refused, cerr = cc.ClaimConfirmBatch(ctx, claims, held)
-		ferr = cerr
-	} else {
-		// Confirms first, as in one transaction.
-		if len(held) > 0 {
-			refused, ferr = g.store.ConfirmBatch(ctx, held)
-		}
-		if len(claims) > 0 {
-			got, cerr = g.store.TryClaimBatch(ctx, claims)
-		}
-	}
-	if cerr == nil && len(got) != len(claims) {
-		cerr = fmt.Errorf("the store answered %d of %d claims", len(got), len(claims))
-	}
-	if ferr == nil && len(refused) != len(held) {
-		ferr = fmt.Errorf("the store answered %d of %d confirms", len(refused), len(held))
-	}
-	out := make([]gateAnswer, len(ops))
-	ci, hi := 0, 0
-	for i, op := range ops {
-		switch {
-		case op.confirm && ferr != nil:
-			out[i].err = ferr
-		case op.confirm:
-			out[i].refused = refused[hi]
-		case cerr != nil:
-			out[i].err = cerr
-		default:
-			out[i].claim = got[ci]
-		}
-		if op.confirm {
-			hi++
-		} else {
-			ci++
-		}
-	}
-	return out, nil
 }
 
 // Begin claims messageID for the consumer before its handler runs and
@@ -269,11 +193,7 @@ func (g *claimGate) Begin(ctx context.Context, messageID string) (Ticket, stores
 		return Ticket{}, 0, ErrNoMessageID
 	}
 	key := IdempotencyKey(g.consumer, messageID)
-	a, err := g.ops.do(ctx, gateOp{claim: stores.ClaimRequest{Key: key, Owner: g.owner, Lease: g.lease}})
-	if err == nil {
-		err = a.err
-	}
-	c := a.claim
+	c, err := g.claims.do(ctx, stores.ClaimRequest{Key: key, Owner: g.owner, Lease: g.lease})
 	if err != nil {
 		return Ticket{Key: key}, 0, fmt.Errorf("consumer %q: claim message %q: %w", g.consumer, messageID, err)
 	}
@@ -297,11 +217,7 @@ func (g *claimGate) Confirm(ctx context.Context, t Ticket) error {
 	if t.Token == 0 {
 		return fmt.Errorf("consumer %q: confirm %q: the ticket holds no claim (only a Claimed answer is confirmed)", g.consumer, t.Key)
 	}
-	a, err := g.ops.do(context.WithoutCancel(ctx), gateOp{held: stores.Held{Key: t.Key, Token: t.Token}, confirm: true})
-	if err == nil {
-		err = a.err
-	}
-	refused := a.refused
+	refused, err := g.confirms.do(context.WithoutCancel(ctx), stores.Held{Key: t.Key, Token: t.Token})
 	if err != nil {
 		return fmt.Errorf("consumer %q: confirm %q: %w", g.consumer, t.Key, err)
 	}
@@ -330,12 +246,12 @@ func (g *claimGate) Release(ctx context.Context, t Ticket) error {
 
 // releaseAbandoned releases claims granted to callers that stopped waiting
 // for them, so that no claim is held by nobody until its lease ends.
-func (g *claimGate) releaseAbandoned(ctx context.Context, ops []gateOp, out []gateAnswer) {
-	for i, a := range out {
-		if ops[i].confirm || a.err != nil || a.claim.State != stores.Claimed {
+func (g *claimGate) releaseAbandoned(ctx context.Context, reqs []stores.ClaimRequest, out []stores.Claim) {
+	for i, c := range out {
+		if c.State != stores.Claimed {
 			continue
 		}
-		if err := g.store.Release(ctx, ops[i].claim.Key, a.claim.Token); err != nil {
+		if err := g.store.Release(ctx, reqs[i].Key, c.Token); err != nil {
 			g.log.Warn("claim of an abandoned delivery not released; it ends with its lease", "error", err)
 		}
 	}

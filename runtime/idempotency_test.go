@@ -345,14 +345,14 @@ func TestClaimGateReleasesAbandonedClaims(t *testing.T) {
 		<-entered
 	}
 	wg.Go(func() { g.Begin(t.Context(), "leader") })
-	waitJoined(t, g.ops, 1)
+	waitJoined(t, g.claims, 1)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() {
 		_, _, err := g.Begin(ctx, "abandoned")
 		done <- err
 	}()
-	waitJoined(t, g.ops, 2)
+	waitJoined(t, g.claims, 2)
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Begin with a cancelled context: %v, want context.Canceled", err)

@@ -123,13 +123,3 @@ type Idempotency interface {
 	// retention, and returns how many rows it deleted.
 	PurgeExpired(ctx context.Context) (int64, error)
 }
-
-// ClaimConfirmer is implemented by a store that confirms and claims in one
-// round trip and one transaction (PostgreSQL), so that a batch holding both
-// costs the database one commit. The confirms run first. out answers reqs
-// as TryClaimBatch does, refused answers held as ConfirmBatch does, each
-// with its guarantee; an error means nothing is known of either, and
-// nothing of the batch was recorded.
-type ClaimConfirmer interface {
-	ClaimConfirmBatch(ctx context.Context, reqs []ClaimRequest, held []Held) (out []Claim, refused []error, err error)
-}

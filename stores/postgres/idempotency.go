@@ -53,116 +53,38 @@ const maxClaimRounds = 5
 // TryClaimBatch implements stores.Idempotency: one statement for the whole
 // batch, plus a look-up only for keys a concurrent commit hid from it.
 func (s *Store) TryClaimBatch(ctx context.Context, reqs []core.ClaimRequest) ([]core.Claim, error) {
-	out, _, err := s.ClaimConfirmBatch(ctx, reqs, nil)
-	return out, err
-}
-
-// ClaimConfirmBatch confirms held and claims reqs in one round trip and one
-// transaction: the two statements go in one pipeline, which PostgreSQL runs
-// as one implicit transaction, so they share one commit (one WAL flush).
-// The confirms run first. out answers reqs as TryClaimBatch does, refused
-// answers held as ConfirmBatch does; an error means nothing is known of
-// either (the transaction rolled back). Look-ups that explain a refusal or
-// find a row a concurrent commit hid take further round trips, as in the
-// separate calls.
-func (s *Store) ClaimConfirmBatch(ctx context.Context, reqs []core.ClaimRequest, held []core.Held) (out []core.Claim, refused []error, err error) {
-	if len(reqs) == 0 && len(held) == 0 {
-		return nil, nil, nil
+	if len(reqs) == 0 {
+		return nil, nil
 	}
 	leases := make([]time.Duration, len(reqs))
 	for i, r := range reqs {
 		l, err := s.opts.Lease(r)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		leases[i] = l
 	}
 	firsts, firstOf := core.Dedupe(reqs)
-	out = make([]core.Claim, len(reqs))
+	out := make([]core.Claim, len(reqs))
+	todo := firsts
+	for round := 0; len(todo) > 0; round++ {
+		if round == maxClaimRounds {
+			return nil, fmt.Errorf("idempotency key %q: %w", reqs[todo[0]].Key, errVanished)
+		}
+		var err error
+		todo, err = s.claimRound(ctx, reqs, leases, todo, out)
+		if err != nil {
+			return nil, err
+		}
+	}
+	core.Spread(out, firstOf)
+	return out, nil
+}
+
+// claimRound claims reqs[idx...] and fills out; it returns the indexes still
+// undecided.
+func (s *Store) claimRound(ctx context.Context, reqs []core.ClaimRequest, leases []time.Duration, idx []int, out []core.Claim) ([]int, error) {
 	now := s.opts.Now()
-	var cr *claimRun
-	var cf *confirmRun
-	b := &pgx.Batch{}
-	if len(held) > 0 {
-		cf = s.newConfirm(held, now)
-		b.Queue(confirmSQL, cf.args...)
-	}
-	if len(firsts) > 0 {
-		cr = newClaimRun(reqs, leases, firsts, now)
-		b.Queue(claimSQL, cr.args...)
-	}
-	if err := s.sendBatch(ctx, b, cf, cr, out); err != nil {
-		return nil, nil, err
-	}
-	if cf != nil {
-		if refused, err = s.explain(ctx, cf); err != nil {
-			return nil, nil, err
-		}
-	}
-	if cr != nil {
-		todo, err := s.lookHidden(ctx, cr, out)
-		for round := 1; err == nil && len(todo) > 0; round++ {
-			if round == maxClaimRounds {
-				return nil, nil, fmt.Errorf("idempotency key %q: %w", reqs[todo[0]].Key, errVanished)
-			}
-			todo, err = s.claimRound(ctx, reqs, leases, todo, out)
-		}
-		if err != nil {
-			return nil, nil, err
-		}
-		core.Spread(out, firstOf)
-	}
-	return out, refused, nil
-}
-
-// sendBatch sends the statements queued in b in one round trip and reads
-// their results: the confirm's into cf, the claim's into cr and out.
-func (s *Store) sendBatch(ctx context.Context, b *pgx.Batch, cf *confirmRun, cr *claimRun, out []core.Claim) error {
-	br := s.pool.SendBatch(ctx, b)
-	if cf != nil {
-		rows, err := br.Query()
-		if err == nil {
-			err = cf.read(rows)
-		}
-		if err != nil {
-			br.Close()
-			return fmt.Errorf("%s: %w", cf.what, err)
-		}
-	}
-	if cr != nil {
-		rows, err := br.Query()
-		if err == nil {
-			err = cr.read(rows, out)
-		}
-		if err != nil {
-			br.Close()
-			return fmt.Errorf("%s: %w", cr.what, err)
-		}
-	}
-	if err := br.Close(); err != nil {
-		what := "idempotency batch"
-		if cr != nil {
-			what = cr.what
-		} else if cf != nil {
-			what = cf.what
-		}
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	return nil
-}
-
-// claimRun is one claim statement: its arguments, and what its rows mean.
-type claimRun struct {
-	reqs   []core.ClaimRequest
-	leases []time.Duration
-	now    time.Time
-	byKey  map[string]int
-	args   []any
-	what   string
-	hidden []string // keys a concurrent commit hid from the statement
-}
-
-func newClaimRun(reqs []core.ClaimRequest, leases []time.Duration, idx []int, now time.Time) *claimRun {
 	keys := make([]string, len(idx))
 	owners := make([]string, len(idx))
 	exps := make([]time.Time, len(idx))
@@ -171,58 +93,42 @@ func newClaimRun(reqs []core.ClaimRequest, leases []time.Duration, idx []int, no
 		keys[j], owners[j], exps[j] = reqs[i].Key, reqs[i].Owner, now.Add(leases[i])
 		byKey[reqs[i].Key] = i
 	}
-	return &claimRun{reqs: reqs, leases: leases, now: now, byKey: byKey,
-		args: []any{keys, owners, exps, now}, what: claimWhat(reqs, idx)}
-}
-
-// read fills out from the claim statement's rows.
-func (c *claimRun) read(rows pgx.Rows, out []core.Claim) error {
-	defer rows.Close()
+	what := claimWhat(reqs, idx)
+	rows, err := s.pool.Query(ctx, claimSQL, keys, owners, exps, now)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	var hidden []string
 	for rows.Next() {
 		var key string
 		var tok *int64
 		var state, owner *string
 		var exp *time.Time
 		if err := rows.Scan(&key, &tok, &state, &owner, &exp); err != nil {
-			return err
+			rows.Close()
+			return nil, fmt.Errorf("%s: %w", what, err)
 		}
-		i := c.byKey[key]
+		i := byKey[key]
 		switch {
 		case tok != nil:
-			out[i] = core.Claim{State: core.Claimed, Token: core.Token(*tok), Owner: c.reqs[i].Owner, ExpiresAt: c.now.Add(c.leases[i])}
+			out[i] = core.Claim{State: core.Claimed, Token: core.Token(*tok), Owner: reqs[i].Owner, ExpiresAt: now.Add(leases[i])}
 		case state != nil:
 			out[i] = answer(*state, *owner, *exp)
 		default:
-			c.hidden = append(c.hidden, key)
+			hidden = append(hidden, key)
 		}
 	}
-	return rows.Err()
-}
-
-// claimRound claims reqs[idx...] and fills out; it returns the indexes still
-// undecided.
-func (s *Store) claimRound(ctx context.Context, reqs []core.ClaimRequest, leases []time.Duration, idx []int, out []core.Claim) ([]int, error) {
-	c := newClaimRun(reqs, leases, idx, s.opts.Now())
-	rows, err := s.pool.Query(ctx, claimSQL, c.args...)
-	if err == nil {
-		err = c.read(rows, out)
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", c.what, err)
-	}
-	return s.lookHidden(ctx, c, out)
-}
-
-// lookHidden answers the keys whose rows a concurrent commit hid from the
-// claim statement by looking for them with a fresh snapshot; it returns the
-// indexes of those whose row vanished meanwhile, to be claimed again.
-func (s *Store) lookHidden(ctx context.Context, c *claimRun, out []core.Claim) ([]int, error) {
-	if len(c.hidden) == 0 {
+	if len(hidden) == 0 {
 		return nil, nil
 	}
-	rows, err := s.pool.Query(ctx, lookSQL, c.hidden)
+	// Look for the rows with a fresh snapshot.
+	rows, err = s.pool.Query(ctx, lookSQL, hidden)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", c.what, err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	found := map[string]bool{}
 	for rows.Next() {
@@ -230,19 +136,19 @@ func (s *Store) lookHidden(ctx context.Context, c *claimRun, out []core.Claim) (
 		var exp time.Time
 		if err := rows.Scan(&key, &state, &owner, &exp); err != nil {
 			rows.Close()
-			return nil, fmt.Errorf("%s: %w", c.what, err)
+			return nil, fmt.Errorf("%s: %w", what, err)
 		}
-		out[c.byKey[key]] = answer(state, owner, exp)
+		out[byKey[key]] = answer(state, owner, exp)
 		found[key] = true
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("%s: %w", c.what, err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	var again []int
-	for _, k := range c.hidden {
+	for _, k := range hidden {
 		if !found[k] {
-			again = append(again, c.byKey[k])
+			again = append(again, byKey[k])
 		}
 	}
 	return again, nil
@@ -301,51 +207,32 @@ func (s *Store) ConfirmBatch(ctx context.Context, held []core.Held) ([]error, er
 	if len(held) == 0 {
 		return nil, nil
 	}
-	_, refused, err := s.ClaimConfirmBatch(ctx, nil, held)
-	return refused, err
-}
-
-// confirmRun is one confirm statement: its arguments, and the claims it
-// confirmed.
-type confirmRun struct {
-	held []core.Held
-	args []any
-	what string
-	ok   map[core.Held]bool
-}
-
-func (s *Store) newConfirm(held []core.Held, now time.Time) *confirmRun {
 	what := fmt.Sprintf("confirm idempotency key %q", held[0].Key)
 	if len(held) > 1 {
 		what = fmt.Sprintf("confirm batch of %d idempotency keys", len(held))
 	}
+	now := s.opts.Now()
 	keys := make([]string, len(held))
 	tokens := make([]int64, len(held))
 	for i, h := range held {
 		keys[i], tokens[i] = h.Key, int64(h.Token)
 	}
-	return &confirmRun{held: held, what: what, args: []any{keys, tokens, now, now.Add(s.opts.Retention)}}
-}
-
-func (c *confirmRun) read(rows pgx.Rows) error {
+	rows, err := s.pool.Query(ctx, confirmSQL, keys, tokens, now, now.Add(s.opts.Retention))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
 	done, err := pgx.CollectRows(rows, pgx.RowToStructByPos[core.Held])
 	if err != nil {
-		return err
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	c.ok = make(map[core.Held]bool, len(done))
+	ok := make(map[core.Held]bool, len(done))
 	for _, h := range done {
-		c.ok[h] = true
+		ok[h] = true
 	}
-	return nil
-}
-
-// explain answers each held claim: nil when confirmed, else a
-// *StaleClaimError saying who holds the key now.
-func (s *Store) explain(ctx context.Context, c *confirmRun) ([]error, error) {
-	refused := make([]error, len(c.held))
+	refused := make([]error, len(held))
 	var missing []string
-	for _, h := range c.held {
-		if !c.ok[h] {
+	for _, h := range held {
+		if !ok[h] {
 			missing = append(missing, h.Key)
 		}
 	}
@@ -354,10 +241,10 @@ func (s *Store) explain(ctx context.Context, c *confirmRun) ([]error, error) {
 	}
 	cur, err := s.current(ctx, missing)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", c.what, err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	for i, h := range c.held {
-		if !c.ok[h] {
+	for i, h := range held {
+		if !ok[h] {
 			refused[i] = cur.stale(h)
 		}
 	}

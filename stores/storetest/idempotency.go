@@ -38,7 +38,6 @@ func RunIdempotency(t *testing.T, open Opener, f Features) {
 		{"a batch claim gives each message its own answer", batchClaim},
 		{"concurrent overlapping batch claims have exactly one winner per key", concurrentBatchClaims},
 		{"a batch confirm refuses only the stale claims", batchConfirm},
-		{"claims and confirms in one batch each keep their answer", claimConfirmBatch},
 		{"a confirmation survives closing the store", durableConfirmation},
 	}
 	for _, tc := range cases {
@@ -465,49 +464,6 @@ func batchConfirm(t *testing.T, open Opener, _ Features) {
 	wantState(t, b.Set, "a", stores.AlreadyConfirmed)
 	wantState(t, b.Set, "b", stores.AlreadyConfirmed)
 	wantState(t, b.Set, "taken", stores.InProgress)
-}
-
-// A store that confirms and claims in one transaction (stores.ClaimConfirmer)
-// answers each as the separate calls would, the confirms first.
-func claimConfirmBatch(t *testing.T, open Opener, _ Features) {
-	b, clock := fixture(t, open)
-	cc, ok := b.Set.(stores.ClaimConfirmer)
-	if !ok {
-		t.Skip("this backend claims and confirms in separate calls")
-	}
-	ctx := t.Context()
-	stale := wantState(t, b.Set, "taken", stores.Claimed)
-	clock.Advance(claimTimeout)
-	wantState(t, b.Set, "taken", stores.Claimed)
-	a := wantState(t, b.Set, "a", stores.Claimed)
-	wantState(t, b.Set, "held", stores.Claimed)
-
-	reqs := []stores.ClaimRequest{{Key: "new"}, {Key: "a"}, {Key: "held"}, {Key: "new"}}
-	held := []stores.Held{{Key: "a", Token: a.Token}, {Key: "taken", Token: stale.Token}}
-	out, refused, err := cc.ClaimConfirmBatch(ctx, reqs, held)
-	if err != nil {
-		t.Fatalf("ClaimConfirmBatch: %v", err)
-	}
-	if len(refused) != len(held) || refused[0] != nil {
-		t.Fatalf("ClaimConfirmBatch refused = %v, want a confirmed", refused)
-	}
-	wantStale(t, "ClaimConfirmBatch confirm of the taken-over claim", refused[1])
-	// "a" was confirmed by the same batch, before its claim was looked at.
-	want := []stores.ClaimState{stores.Claimed, stores.AlreadyConfirmed, stores.InProgress, stores.InProgress}
-	if len(out) != len(want) {
-		t.Fatalf("ClaimConfirmBatch of %d claims = %d answers", len(reqs), len(out))
-	}
-	for i := range want {
-		if out[i].State != want[i] {
-			t.Errorf("claim %d (%s) = %v, want %v", i, reqs[i].Key, out[i].State, want[i])
-		}
-	}
-	if err := b.Set.Confirm(ctx, "new", out[0].Token); err != nil {
-		t.Errorf("Confirm of the batch's claim: %v", err)
-	}
-	if out, refused, err := cc.ClaimConfirmBatch(ctx, nil, nil); err != nil || len(out) != 0 || len(refused) != 0 {
-		t.Errorf("ClaimConfirmBatch(nil, nil) = %v, %v, %v; want nothing", out, refused, err)
-	}
 }
 
 func durableConfirmation(t *testing.T, open Opener, f Features) {
