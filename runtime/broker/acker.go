@@ -41,14 +41,14 @@ type acker struct {
 	lost   func(n int64)
 }
 
-// newAcker starts the writer of ch's acks. lost is told how many
-// acknowledgements could not be written because the channel closed first
-// (the broker requeues those deliveries).
 // ackWriter is the part of *amqp.Channel the acker writes to.
 type ackWriter interface {
 	Ack(tag uint64, multiple bool) error
 }
 
+// newAcker starts the writer of ch's acks. lost is told how many
+// acknowledgements could not be written because the channel closed first
+// (the broker requeues those deliveries).
 func newAcker(ch ackWriter, lost func(n int64)) *acker {
 	a := &acker{ch: ch, lost: lost, tags: map[uint64]struct{}{}, wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
 	go a.loop()
