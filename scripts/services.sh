@@ -65,15 +65,26 @@ else
   say "PostgreSQL is not installed (apt-get install postgresql)"; status=1
 fi
 
-# The test database and trust access for 127.0.0.1 are what the machine
-# provides; create the database when a fresh cluster lacks it.
+# The tests' database: role acemq (password acemq, no superuser) with
+# database "test", where it may create the schemas each test works in. As
+# root the script creates what is missing through the postgres account (peer
+# authentication on the local socket), so a fresh Debian cluster, which asks
+# for a password on TCP, works as it is; a cluster that trusts 127.0.0.1
+# ignores the password.
+PG_TEST_URL="postgres://acemq:acemq@127.0.0.1:5432/test?sslmode=disable"
 if port_open 5432 && have psql; then
-  if ! psql -h 127.0.0.1 -U postgres -d test -c 'select 1' >/dev/null 2>&1; then
+  if ! psql "$PG_TEST_URL" -c 'select 1' >/dev/null 2>&1; then
     if [ "$(id -u)" = 0 ] && have runuser; then
-      runuser -u postgres -- psql -c 'create database test' >/dev/null 2>&1 || true
+      pg() { runuser -u postgres -- psql -q -v ON_ERROR_STOP=1 "$@" >/dev/null 2>&1; }
+      pg -c "DO \$\$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'acemq') THEN CREATE ROLE acemq; END IF; END \$\$" &&
+        pg -c "ALTER ROLE acemq LOGIN PASSWORD 'acemq'" ||
+        say "could not create the PostgreSQL role acemq"
+      runuser -u postgres -- psql -tAc "SELECT 1 FROM pg_database WHERE datname = 'test'" 2>/dev/null | grep -q 1 ||
+        pg -c 'CREATE DATABASE test' || say "could not create the PostgreSQL database test"
+      pg -c 'GRANT CONNECT, CREATE ON DATABASE test TO acemq' || say "could not grant acemq access to database test"
     fi
-    psql -h 127.0.0.1 -U postgres -d test -c 'select 1' >/dev/null 2>&1 ||
-      { say "PostgreSQL answers but postgres@127.0.0.1/test is not reachable with trust auth"; status=1; }
+    psql "$PG_TEST_URL" -c 'select 1' >/dev/null 2>&1 ||
+      { say "PostgreSQL answers but acemq@127.0.0.1/test is not reachable; run make services as root, or point ACEMQ_TEST_POSTGRES_URL at a database where you may create schemas"; status=1; }
   fi
 fi
 exit $status
