@@ -58,12 +58,20 @@ func InboundFrom(d amqp.Delivery) Inbound {
 	return Inbound{
 		Env:  ReadEnvelope(d),
 		Body: d.Body,
-		Props: amqp.Publishing{
-			Headers: d.Headers, ContentType: d.ContentType, ContentEncoding: d.ContentEncoding,
-			DeliveryMode: d.DeliveryMode, Priority: d.Priority, CorrelationId: d.CorrelationId,
-			ReplyTo: d.ReplyTo, MessageId: d.MessageId, Timestamp: d.Timestamp, Type: d.Type,
-			UserId: d.UserId, AppId: d.AppId, Body: d.Body,
-		},
+		Props: publishingOf(d),
+	}
+}
+
+// publishingOf is the delivery as a publish with the same properties,
+// sharing its headers table. The user id is left out: the broker refuses a
+// publish whose user id is not the publishing connection's user (and closes
+// the channel), and it is not part of the envelope.
+func publishingOf(d amqp.Delivery) amqp.Publishing {
+	return amqp.Publishing{
+		Headers: d.Headers, ContentType: d.ContentType, ContentEncoding: d.ContentEncoding,
+		DeliveryMode: d.DeliveryMode, Priority: d.Priority, CorrelationId: d.CorrelationId,
+		ReplyTo: d.ReplyTo, Expiration: d.Expiration, MessageId: d.MessageId, Timestamp: d.Timestamp,
+		Type: d.Type, AppId: d.AppId, Body: d.Body,
 	}
 }
 

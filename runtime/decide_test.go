@@ -242,3 +242,27 @@ func TestInProgressKeepsTheEnvelopeAndSpendsNoAttempt(t *testing.T) {
 		t.Errorf("InProgress = %s to %s attempt %v id %s; want in_progress via the 1s rung, attempt 2, same id", d.Outcome, m.RoutingKey, m.Headers[HeaderAttempt], m.MessageId)
 	}
 }
+
+// A message published with a user id (as another connection's user) is
+// retried, dead-lettered and brought round without it: the broker refuses a
+// publish whose user id is not the runtime's own user, closing the channel.
+func TestRepublishedMessagesDropTheSendersUserID(t *testing.T) {
+	c := stepConsumer("reserve", 1)
+	in := InboundFrom(amqp.Delivery{MessageId: "m-1", UserId: "orders-svc", AppId: "orders", Body: []byte(`{"id":"o-1"}`)})
+	decisions := map[string]Decision{
+		"retried":       Decide(c, route, in, Result{}, errors.New("down"), now, 1),
+		"dead-lettered": Decide(c, route, in, Result{}, fmt.Errorf("%w: bad", ErrFatal), now, 1),
+		"in progress":   InProgress(c, in),
+	}
+	for name, d := range decisions {
+		if len(d.Publish) != 1 {
+			t.Fatalf("%s: %d publishes, want 1", name, len(d.Publish))
+		}
+		if p := d.Publish[0]; p.UserId != "" || p.AppId != "orders" || p.MessageId != "m-1" {
+			t.Errorf("%s: published user id %q, app id %q, message id %q; want no user id, the rest kept", name, p.UserId, p.AppId, p.MessageId)
+		}
+	}
+	if p := republishing(amqp.Delivery{UserId: "orders-svc", MessageId: "m-1"}); p.UserId != "" {
+		t.Errorf("replay republishes user id %q, want none", p.UserId)
+	}
+}

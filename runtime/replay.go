@@ -348,25 +348,12 @@ func isParked(from, failedQueue string) bool {
 	return from == ParkedQueue(failedQueue) || strings.HasSuffix(from, ParkedQueue(""))
 }
 
-// republishing is the delivery as a publish with the same properties. The
-// user id is left out: the broker checks it against the publishing
-// connection's user, and it is not part of the envelope.
+// republishing is the delivery as a publish with the same properties and a
+// copy of its headers (see publishingOf).
 func republishing(d amqp.Delivery) amqp.Publishing {
-	return amqp.Publishing{
-		Headers:         copyTable(d.Headers),
-		ContentType:     d.ContentType,
-		ContentEncoding: d.ContentEncoding,
-		DeliveryMode:    d.DeliveryMode,
-		Priority:        d.Priority,
-		CorrelationId:   d.CorrelationId,
-		ReplyTo:         d.ReplyTo,
-		Expiration:      d.Expiration,
-		MessageId:       d.MessageId,
-		Timestamp:       d.Timestamp,
-		Type:            d.Type,
-		AppId:           d.AppId,
-		Body:            d.Body,
-	}
+	p := publishingOf(d)
+	p.Headers = copyTable(p.Headers)
+	return p
 }
 
 // queueError words a failure to read queue, naming a missing one plainly.
