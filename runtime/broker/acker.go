@@ -30,6 +30,7 @@ type acker struct {
 	floor uint64              // every tag up to floor is settled on the broker, or its ack is being written
 	tags  map[uint64]struct{} // tags above floor settled locally
 	acks  []uint64            // tags acknowledged since the last write
+	ended bool                // close was called: no more acks are taken
 
 	wake chan struct{}
 	quit chan struct{}
@@ -55,9 +56,14 @@ func newAcker(ch ackWriter, lost func(n int64)) *acker {
 	return a
 }
 
-// ack records tag as acknowledged; the ack is written shortly.
-func (a *acker) ack(tag uint64) {
+// ack records tag as acknowledged; the ack is written shortly. It reports
+// false, recording nothing, once the acker is closed.
+func (a *acker) ack(tag uint64) bool {
 	a.mu.Lock()
+	if a.ended {
+		a.mu.Unlock()
+		return false
+	}
 	if tag > a.floor {
 		a.tags[tag] = struct{}{}
 		a.acks = append(a.acks, tag)
@@ -67,6 +73,7 @@ func (a *acker) ack(tag uint64) {
 	case a.wake <- struct{}{}:
 	default:
 	}
+	return true
 }
 
 // settled records that tag was settled on the broker by the caller (a nack
@@ -98,14 +105,16 @@ func (a *acker) loop() {
 	}
 }
 
-// close stops the writer after writing what is waiting (flush true), or
-// drops it (the channel is gone: the broker requeues those deliveries).
-func (a *acker) close(flush bool) error {
+// close takes no more acks, stops the writer and writes what is waiting;
+// on a channel already gone those writes fail at once and are counted
+// lost (the broker requeues those deliveries).
+func (a *acker) close() error {
+	a.mu.Lock()
+	a.ended = true
+	a.mu.Unlock()
 	a.once.Do(func() { close(a.quit) })
 	<-a.done
-	if flush {
-		a.flush()
-	}
+	a.flush()
 	a.sendMu.Lock()
 	defer a.sendMu.Unlock()
 	return a.err

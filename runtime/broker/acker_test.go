@@ -77,7 +77,7 @@ func TestAckerCoalescesARunOfAcks(t *testing.T) {
 	l := newAckLog()
 	l.hold = make(chan struct{})
 	a := newAcker(l, func(int64) {})
-	defer a.close(false)
+	defer a.close()
 	a.ack(1)
 	l.writing(t) // the writer took tag 1 and is blocked in the write
 	for tag := range uint64(5) {
@@ -93,7 +93,7 @@ func TestAckerCoalescesARunOfAcks(t *testing.T) {
 func TestAckerNeverHoldsAnAckBehindADeliveryInFlight(t *testing.T) {
 	l := newAckLog()
 	a := newAcker(l, func(int64) {})
-	defer a.close(false)
+	defer a.close()
 	// Tag 1 is still being handled: 2 and 3 go out on their own.
 	a.ack(2)
 	l.wait(t, 1)
@@ -112,7 +112,7 @@ func TestAckerMultipleAckNeverNamesANackedTag(t *testing.T) {
 	l := newAckLog()
 	l.hold = make(chan struct{})
 	a := newAcker(l, func(int64) {})
-	defer a.close(false)
+	defer a.close()
 	a.ack(1)
 	l.writing(t)
 	a.ack(3)
@@ -135,7 +135,7 @@ func TestAckerCountsAcksTheClosedChannelLost(t *testing.T) {
 	a.ack(1)
 	a.ack(2)
 	a.ack(3)
-	if err := a.close(true); !errors.Is(err, ErrStaleDelivery) {
+	if err := a.close(); !errors.Is(err, ErrStaleDelivery) {
 		t.Errorf("close = %v, want ErrStaleDelivery", err)
 	}
 	if n := n.Load(); n != 3 {
@@ -221,5 +221,28 @@ func TestCoalescedAcksSettleExactlyWhatTheyName(t *testing.T) {
 	e.waitDepth(q, len(held))
 	if s := c.Stats(); s.Sessions != 1 || s.Stale != 0 || s.Acked != int64(n-len(held)) {
 		t.Errorf("Stats() = %+v, want one session (the channel never closed), %d acked, none stale", s, n-len(held))
+	}
+}
+
+// Closing writes what is waiting; an ack after that is refused (the caller
+// reports the delivery stale) instead of being recorded and never sent.
+func TestAckerWritesWhatWaitsAndTakesNoAckOnceClosed(t *testing.T) {
+	l := newAckLog()
+	l.hold = make(chan struct{})
+	a := newAcker(l, func(int64) {})
+	a.ack(1)
+	l.writing(t)
+	a.ack(2)
+	closed := make(chan error, 1)
+	go func() { closed <- a.close() }()
+	close(l.hold)
+	if err := <-closed; err != nil {
+		t.Fatalf("close = %v", err)
+	}
+	if a.ack(3) {
+		t.Error("ack after close = true, want it refused")
+	}
+	if got, want := l.got(), []string{"1/true", "2/true"}; !slices.Equal(got, want) {
+		t.Errorf("writes = %v, want %v", got, want)
 	}
 }

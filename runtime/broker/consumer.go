@@ -29,6 +29,14 @@ type Delivery struct {
 	settled atomic.Bool
 }
 
+// retire ends the channel's settling: a settle from now on is stale, and
+// the acks recorded before are written (or counted lost when the channel is
+// already gone).
+func (g *consGen) retire() {
+	g.dead.Store(true)
+	g.ack.close()
+}
+
 type consGen struct {
 	ch   *amqp.Channel
 	ack  *acker // nil for basic.get: acks are then written one by one
@@ -43,7 +51,12 @@ type consGen struct {
 // way.
 func (d *Delivery) Ack() error {
 	if a := d.g.ack; a != nil {
-		return d.settle(func() error { a.ack(d.DeliveryTag); return nil }, 0)
+		return d.settle(func() error {
+			if !a.ack(d.DeliveryTag) {
+				return errors.New("the channel's acknowledgements have ended")
+			}
+			return nil
+		}, 0)
 	}
 	return d.settle(func() error { return d.g.ch.Ack(d.DeliveryTag, false) }, 0)
 }
@@ -328,8 +341,7 @@ func (c *Consumer) session(ctx context.Context, r *run) (drained bool, left int6
 	cancels := ch.NotifyCancel(make(chan string, 4))
 
 	end := func(cause error) (bool, int64, bool, error) {
-		g.dead.Store(true)
-		_ = g.ack.close(false)
+		g.retire()
 		close(stop)
 		_ = c.conn.call(context.WithoutCancel(ctx), "close consumer channel", ch.Close)
 		return false, 0, started, cause
@@ -376,8 +388,7 @@ func (c *Consumer) session(ctx context.Context, r *run) (drained bool, left int6
 			if ok && e != nil {
 				cause = e
 			}
-			g.dead.Store(true)
-			_ = g.ack.close(false)
+			g.retire()
 			close(stop)
 			return false, 0, true, cause
 		case t, ok := <-cancels:
@@ -421,8 +432,7 @@ func (c *Consumer) drain(ch *amqp.Channel, g *consGen, tag string, closes <-chan
 	left := c.waitDrained(deadline, closes)
 	// Write the acks still waiting before the channel closes, or the
 	// broker would deliver those messages again.
-	_ = g.ack.close(true)
-	g.dead.Store(true)
+	g.retire()
 	_ = c.conn.call(bg, "close consumer channel", ch.Close)
 	return true, left, true, nil
 }
