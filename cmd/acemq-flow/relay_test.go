@@ -7,39 +7,19 @@ import (
 	"testing"
 	"time"
 
-	amqp "github.com/rabbitmq/amqp091-go"
-
 	"github.com/acemq/acemq-flow/stores"
+	"github.com/acemq/acemq-flow/test/queuetest"
 	"github.com/acemq/acemq-flow/test/testenv"
 )
 
 func TestRelayCommandPublishesAndStopsOnSignal(t *testing.T) {
-	amqpURL := testenv.AMQP(t)
+	e := queuetest.New(t)
+	amqpURL := e.URL
 	store, st := migratedSQLite(t)
-	q := testenv.Names(t) + "-out"
-	conn, err := amqp.Dial(amqpURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ch.QueueDeclare(q, true, false, false, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if c, err := conn.Channel(); err == nil {
-			c.QueueDelete(q, false, false, false)
-		}
-	})
+	q := e.Queue("out")
 	body := []byte{0xde, 0xad, 0xbe, 0xef}
 	addRecord(t, st, stores.OutboxRecord{RoutingKey: q, Body: body, Properties: stores.Properties{MessageID: "o-1"}})
-	dels, err := ch.Consume(q, "", true, false, false, false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dels := e.Consume(q)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	var out, errb bytes.Buffer

@@ -10,11 +10,10 @@ import (
 	"testing"
 	"time"
 
-	amqp "github.com/rabbitmq/amqp091-go"
-
 	"github.com/acemq/acemq-flow/runtime"
 	"github.com/acemq/acemq-flow/stores"
 	"github.com/acemq/acemq-flow/stores/postgres"
+	"github.com/acemq/acemq-flow/test/queuetest"
 	"github.com/acemq/acemq-flow/test/testenv"
 )
 
@@ -86,32 +85,14 @@ func TestOutboxExampleWithoutTables(t *testing.T) {
 // runs the relay: exactly the committed orders arrive, byte for byte as
 // they were encoded, each once.
 func TestOutboxExampleThroughTheRelay(t *testing.T) {
-	amqpURL := testenv.AMQP(t)
+	testenv.AMQP(t)
 	for _, kind := range []string{"sqlite", "postgres"} {
 		t.Run(kind, func(t *testing.T) {
+			e := queuetest.New(t)
+			amqpURL := e.URL
 			u := migrated(t, kind)
-			q := testenv.Names(t) + "-orders"
-			conn, err := amqp.Dial(amqpURL)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
-			ch, err := conn.Channel()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := ch.QueueDeclare(q, true, false, false, false, nil); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				if c, err := conn.Channel(); err == nil {
-					c.QueueDelete(q, false, false, false)
-				}
-			})
-			dels, err := ch.Consume(q, "", true, false, false, false, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
+			q := e.Queue("orders")
+			dels := e.Consume(q)
 			ids := place(t, u, "--count", "12", "--rollback-every", "4", "--routing-key", q)
 
 			set, err := stores.Open(t.Context(), u, stores.Options{})

@@ -104,3 +104,24 @@ func (e *Env) Drain(queue string) []amqp.Delivery {
 		out = append(out, d.Delivery)
 	}
 }
+
+// Consume subscribes to queue with automatic acknowledgement on a
+// connection of its own, closed when the test ends, and returns the
+// deliveries.
+func (e *Env) Consume(queue string) <-chan amqp.Delivery {
+	e.t.Helper()
+	conn, err := amqp.Dial(e.URL)
+	if err != nil {
+		e.t.Fatalf("dial: %v", err)
+	}
+	e.t.Cleanup(func() { conn.Close() })
+	ch, err := conn.Channel()
+	if err != nil {
+		e.t.Fatalf("open channel: %v", err)
+	}
+	dels, err := ch.Consume(queue, "", true, false, false, false, nil)
+	if err != nil {
+		e.t.Fatalf("consume %q: %v", queue, err)
+	}
+	return dels
+}
