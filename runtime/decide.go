@@ -56,8 +56,8 @@ type Inbound struct {
 // InboundFrom builds an Inbound from a delivery.
 func InboundFrom(d amqp.Delivery) Inbound {
 	return Inbound{
-		Env:  ReadEnvelope(d),
-		Body: d.Body,
+		Env:   ReadEnvelope(d),
+		Body:  d.Body,
 		Props: publishingOf(d),
 	}
 }

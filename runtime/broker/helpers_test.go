@@ -1,13 +1,11 @@
 package broker
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,13 +22,13 @@ type env struct {
 	ns   string
 	topo *Topology
 	log  *slog.Logger
-	logs *syncBuffer
+	logs *testenv.Buffer
 }
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	url := testenv.AMQP(t)
-	e := &env{t: t, url: url, ns: testenv.Names(t), logs: &syncBuffer{}}
+	e := &env{t: t, url: url, ns: testenv.Names(t), logs: &testenv.Buffer{}}
 	e.log = slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	conn := e.conn("topology")
 	e.topo = NewTopology(conn, e.log)
@@ -147,22 +145,4 @@ func closeConnections(t *testing.T, names ...string) {
 
 func msg(queue, id string, body []byte) Message {
 	return Message{RoutingKey: queue, Publishing: amqp.Publishing{MessageId: id, Body: body}}
-}
-
-// syncBuffer is a bytes.Buffer safe for the concurrent writes of a logger.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
