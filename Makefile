@@ -43,7 +43,8 @@ fuzz:
 # terminal: see README.md.
 RUN_FLOWS ?= examples/flows/fulfilment.yaml examples/flows/approval.yaml
 RUN_STORE ?= sqlite:acemq.db
-run: services build
+run: build
+	@scripts/services.sh rabbitmq
 	$(BIN)/acemq-flow validate $(FLOWS)
 	$(BIN)/acemq-flow run --store $(RUN_STORE) --create-schema $(RUN_FLOWS)
 

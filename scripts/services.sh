@@ -3,7 +3,9 @@
 # RabbitMQ (127.0.0.1:5672) and PostgreSQL (127.0.0.1:5432, database "test"),
 # plus the Debian packages the cross-language tests use. Installs what is
 # missing when run as root with apt-get; otherwise says what to install.
+# `services.sh rabbitmq` sees to RabbitMQ alone (what `make run` needs).
 set -u
+ONLY="${1:-}"
 
 say() { printf 'services: %s\n' "$*" >&2; }
 have() { command -v "$1" >/dev/null 2>&1; }
@@ -32,10 +34,12 @@ wait_port() {
 
 missing=()
 have rabbitmq-server || missing+=(rabbitmq-server)
-have psql || missing+=(postgresql)
-[ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import grpc, google.protobuf' 2>/dev/null ||
-  missing+=(python3 python3-grpcio python3-protobuf)
-[ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import pika' 2>/dev/null || missing+=(python3-pika)
+if [ "$ONLY" != rabbitmq ]; then
+  have pg_ctlcluster || missing+=(postgresql)
+  [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import grpc, google.protobuf' 2>/dev/null ||
+    missing+=(python3 python3-grpcio python3-protobuf)
+  [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import pika' 2>/dev/null || missing+=(python3-pika)
+fi
 if [ ${#missing[@]} -gt 0 ]; then apt_install "${missing[@]}" || true; fi
 
 status=0
@@ -51,6 +55,8 @@ elif have rabbitmq-server; then
 else
   say "RabbitMQ is not installed (apt-get install rabbitmq-server)"; status=1
 fi
+
+[ "$ONLY" = rabbitmq ] && exit $status
 
 # PostgreSQL
 if port_open 5432; then
@@ -71,10 +77,12 @@ fi
 # authentication on the local socket), so a fresh Debian cluster, which asks
 # for a password on TCP, works as it is; a cluster that trusts 127.0.0.1
 # ignores the password.
-PG_TEST_URL="postgres://acemq:acemq@127.0.0.1:5432/test?sslmode=disable"
+# A database of your own in ACEMQ_TEST_POSTGRES_URL is only checked.
+DEFAULT_PG_URL="postgres://acemq:acemq@127.0.0.1:5432/test?sslmode=disable"
+PG_TEST_URL="${ACEMQ_TEST_POSTGRES_URL:-$DEFAULT_PG_URL}"
 if port_open 5432 && have psql; then
   if ! psql "$PG_TEST_URL" -c 'select 1' >/dev/null 2>&1; then
-    if [ "$(id -u)" = 0 ] && have runuser; then
+    if [ "$PG_TEST_URL" = "$DEFAULT_PG_URL" ] && [ "$(id -u)" = 0 ] && have runuser; then
       pg() { runuser -u postgres -- psql -q -v ON_ERROR_STOP=1 "$@" >/dev/null 2>&1; }
       pg -c "DO \$\$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'acemq') THEN CREATE ROLE acemq; END IF; END \$\$" &&
         pg -c "ALTER ROLE acemq LOGIN PASSWORD 'acemq'" ||
@@ -84,7 +92,7 @@ if port_open 5432 && have psql; then
       pg -c 'GRANT CONNECT, CREATE ON DATABASE test TO acemq' || say "could not grant acemq access to database test"
     fi
     psql "$PG_TEST_URL" -c 'select 1' >/dev/null 2>&1 ||
-      { say "PostgreSQL answers but acemq@127.0.0.1/test is not reachable; run make services as root, or point ACEMQ_TEST_POSTGRES_URL at a database where you may create schemas"; status=1; }
+      { say "PostgreSQL answers but the tests' database is not reachable; run make services as root, or point ACEMQ_TEST_POSTGRES_URL at a database where you may create schemas"; status=1; }
   fi
 fi
 exit $status
