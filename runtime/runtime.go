@@ -493,12 +493,21 @@ func (r *Runtime) callerFor(c *Consumer) (func(ctx context.Context, req Request)
 	p := r.pluginOf(c)
 	key := pluginKey(p)
 	_, handler, _ := strings.Cut(c.Handler, ".")
+	// A started plugin stays in r.plugins for the runtime's life (it
+	// restarts its process itself), so it is looked up under the lock only
+	// until found, not per message: ensurePlugin holds the lock while
+	// another plugin starts.
+	var found atomic.Pointer[host.Plugin]
 	return func(ctx context.Context, req Request) (Result, error) {
-		r.pluginMu.Lock()
-		caller := r.plugins[key]
-		r.pluginMu.Unlock()
+		caller := found.Load()
 		if caller == nil {
-			return Result{}, fmt.Errorf("plugin %q is not running", p.Name)
+			r.pluginMu.Lock()
+			caller = r.plugins[key]
+			r.pluginMu.Unlock()
+			if caller == nil {
+				return Result{}, fmt.Errorf("plugin %q is not running", p.Name)
+			}
+			found.Store(caller)
 		}
 		res, err := caller.Call(ctx, host.Request{Handler: handler, Payload: req.Payload, Envelope: hostEnvelope(req.Envelope)})
 		if err != nil {
