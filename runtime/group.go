@@ -176,12 +176,7 @@ func (g *group) reportDrain(left int) {
 func (g *group) shutdown() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	left := 0
-	for _, m := range g.members {
-		<-m.done
-		left += m.left
-	}
-	g.members = nil
+	left := g.remove(0) // their context has ended already; this waits and counts
 	g.bg.Wait()
 	if g.state == StateRunning {
 		g.reportDrain(left)
