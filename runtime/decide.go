@@ -95,26 +95,17 @@ type Decision struct {
 // Precheck decides, before the handler runs, whether a delivery can be
 // handled at all: a slip that cannot be parsed or a payload that does not
 // match the input type is fatal (dead-lettered at once, never retried). It
-// returns nil when the handler should run, and the decoded payload.
-func Precheck(c *Consumer, in Inbound, now time.Time) (*Decision, any) {
+// returns nil when the handler should run.
+func Precheck(c *Consumer, in Inbound, now time.Time) *Decision {
 	if in.Env.SlipErr != nil {
 		d := deadLetter(c, in, KindFatal, in.Env.SlipErr.Error(), now)
-		return &d, nil
+		return &d
 	}
-	typ := c.inputType()
-	if typ == nil {
-		return nil, nil
-	}
-	payload, err := spec.DecodeJSON(in.Body)
-	if err != nil {
-		d := deadLetter(c, in, KindFatal, fmt.Sprintf("payload is not JSON: %v", err), now)
-		return &d, nil
-	}
-	if err := typ.Validate(payload); err != nil {
+	if err := c.inputType().ValidateJSON(in.Body); err != nil {
 		d := deadLetter(c, in, KindFatal, err.Error(), now)
-		return &d, nil
+		return &d
 	}
-	return nil, payload
+	return nil
 }
 
 func (c *Consumer) inputType() *spec.Type {

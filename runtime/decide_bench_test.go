@@ -17,7 +17,7 @@ func BenchmarkDecideHop(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		in := InboundFrom(d)
-		if dec, _ := Precheck(c, in, now); dec != nil {
+		if dec := Precheck(c, in, now); dec != nil {
 			b.Fatal("precheck refused")
 		}
 		dec := Decide(c, route, in, Result{Payload: in.Body}, nil, now, 0)

@@ -187,11 +187,9 @@ func TestACarriedSlipWinsOverTheDeclaredRoute(t *testing.T) {
 }
 
 func TestABrokenSlipOrAnInvalidPayloadIsFatalBeforeTheHandler(t *testing.T) {
-	fsys := map[string]string{}
-	_ = fsys
 	c := stepConsumer("validate", 0)
 	in := delivery(amqp.Table{HeaderSlip: "{not json"}, "")
-	d, _ := Precheck(c, in, now)
+	d := Precheck(c, in, now)
 	if d == nil || d.Outcome != OutcomeDeadLettered || d.Publish[0].Headers[HeaderErrorKind] != KindFatal {
 		t.Fatalf("Precheck of a broken slip = %+v, want fatal dead-letter", d)
 	}
@@ -220,12 +218,12 @@ pipelines:
 	typed := &plan.Consumers[0]
 	for _, body := range []string{`{"id": 5}`, `not json`} {
 		in := InboundFrom(amqp.Delivery{MessageId: "m-2", Body: []byte(body)})
-		if d, _ := Precheck(typed, in, now); d == nil || d.Outcome != OutcomeDeadLettered {
+		if d := Precheck(typed, in, now); d == nil || d.Outcome != OutcomeDeadLettered {
 			t.Errorf("Precheck(%s) = %+v, want dead-lettered as fatal", body, d)
 		}
 	}
 	in = InboundFrom(amqp.Delivery{MessageId: "m-3", Body: []byte(`{"id":"o-1"}`)})
-	if d, payload := Precheck(typed, in, now); d != nil || payload == nil {
+	if d := Precheck(typed, in, now); d != nil {
 		t.Errorf("Precheck of a valid order = %+v", d)
 	}
 	if d := Decide(typed, []string{"validate"}, in, Result{Payload: []byte(`{"id":7}`)}, nil, now, 0); d.Outcome != OutcomeDeadLettered {

@@ -228,7 +228,7 @@ func (g *group) handle(ctx context.Context, d *broker.Delivery) {
 	g.inflight.Add(1)
 	g.mInflight.Inc()
 	in := InboundFrom(d.Delivery)
-	dec, _ := Precheck(g.c, in, time.Now())
+	dec := Precheck(g.c, in, time.Now())
 	var ticket *Ticket
 	if dec == nil && g.gate != nil {
 		// Claim before the work (patterns.txt, "Claim, then work, then
