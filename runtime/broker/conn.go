@@ -134,7 +134,7 @@ func Open(ctx context.Context, rawURL string, opts ConnOptions) (*Conn, error) {
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
-		return nil, fmt.Errorf("connection %q: invalid AMQP URL: %v", opts.Name, scrub(err, u))
+		return nil, fmt.Errorf("connection %q: invalid AMQP URL: %v", opts.Name, err)
 	}
 	pass, _ := u.User.Password()
 	c := &Conn{
@@ -453,16 +453,6 @@ func (c *Conn) scrub(err error) error {
 		return err
 	}
 	return errors.New(strings.ReplaceAll(err.Error(), c.pass, "xxxxx"))
-}
-
-func scrub(err error, u *url.URL) error {
-	if u == nil || u.User == nil {
-		return err
-	}
-	if p, ok := u.User.Password(); ok && p != "" && strings.Contains(err.Error(), p) {
-		return errors.New(strings.ReplaceAll(err.Error(), p, "xxxxx"))
-	}
-	return err
 }
 
 // backoff returns the delay before retry n (0-based): min·2ⁿ capped at max,
