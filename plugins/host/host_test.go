@@ -312,6 +312,9 @@ func TestCloseLeavesNoProcess(t *testing.T) {
 		_, err := p.Call(context.Background(), Request{Handler: "sleep", Payload: []byte(`{"ms":60000}`)})
 		inflight <- err
 	}()
+	// Close only once the call is on its way, or it would find the plugin
+	// closed and fail without testing a call cut short.
+	waitPending(t, p, 1)
 	if err := p.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
@@ -426,5 +429,26 @@ func copyFile(t *testing.T, from, to string) {
 	}
 	if err := os.WriteFile(to, b, 0o755); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// waitPending waits until n calls await their answer from p's process.
+func waitPending(t *testing.T, p *Plugin, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got := 0
+		if inst := p.cur.Load(); inst != nil {
+			inst.mu.Lock()
+			got = len(inst.pending)
+			inst.mu.Unlock()
+		}
+		if got >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d call(s) pending after 10s, want %d", got, n)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

@@ -3,6 +3,7 @@ package broker
 import (
 	"errors"
 	"testing"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -114,11 +115,16 @@ func TestArgsTypesNumbersAsInt64(t *testing.T) {
 }
 
 func TestBackoffStaysWithinBounds(t *testing.T) {
-	lo, hi := 100*1e6, 10*1e9
+	const lo, hi = 100 * time.Millisecond, 10 * time.Second
 	for n := range 40 {
-		d := backoff(n, 100e6, 10e9)
-		if float64(d) < float64(lo)/2 || float64(d) > hi {
-			t.Fatalf("backoff(%d) = %v, want within [%v, %v]", n, d, lo/2, hi)
+		// lo doubled n times, capped at hi; the delay is its upper half.
+		c := hi
+		if n < 20 {
+			c = min(lo<<n, hi)
+		}
+		d := backoff(n, lo, hi)
+		if d < c/2 || d > c {
+			t.Fatalf("backoff(%d) = %v, want within [%v, %v]", n, d, c/2, c)
 		}
 	}
 }
