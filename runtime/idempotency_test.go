@@ -13,8 +13,9 @@ import (
 
 	"github.com/acemq/acemq-flow/stores"
 	"github.com/acemq/acemq-flow/stores/memory"
-	"github.com/acemq/acemq-flow/stores/postgres"
 	"github.com/acemq/acemq-flow/stores/sqlite"
+	"github.com/acemq/acemq-flow/stores/storetest"
+	"github.com/acemq/acemq-flow/test/testenv"
 )
 
 // fakeClock is a store clock that moves only when told.
@@ -408,12 +409,12 @@ func TestClaimGateReplicasRace(t *testing.T) {
 			return a, b
 		}},
 		{"postgres", func(t *testing.T) (stores.Set, stores.Set) {
-			u := postgres.TestURL(t)
-			a := postgres.OpenTestURL(t, u, stores.Options{})
+			u := testenv.PostgresSchema(t)
+			a := storetest.OpenPostgresURL(t, u, stores.Options{})
 			if err := a.Migrate(t.Context()); err != nil {
 				t.Fatal(err)
 			}
-			return a, postgres.OpenTestURL(t, u, stores.Options{})
+			return a, storetest.OpenPostgresURL(t, u, stores.Options{})
 		}},
 	}
 	for _, be := range backends {

@@ -24,6 +24,7 @@ import (
 	"github.com/acemq/acemq-flow/stores/memory"
 	"github.com/acemq/acemq-flow/stores/postgres"
 	"github.com/acemq/acemq-flow/stores/sqlite"
+	"github.com/acemq/acemq-flow/stores/storetest"
 	"github.com/acemq/acemq-flow/test/testenv"
 )
 
@@ -298,7 +299,7 @@ func TestRelayPublishesBytesUnchangedAndMarksOnlyAfterConfirm(t *testing.T) {
 	e := newRelayEnv(t)
 	q := e.queue("out")
 	dels := e.consume(q)
-	st := sqlite.OpenTest(t, stores.Options{})
+	st := storetest.OpenSQLite(t, stores.Options{})
 
 	binary := []byte{0x00, 0xff, 0xfe, '{', '"', 0x80, 0x0a, 0xc3, 0x28}
 	jsonString := []byte(`"already encoded \"json\" text"`)
@@ -398,7 +399,7 @@ func TestRelayUnroutableRecordBecomesStuck(t *testing.T) {
 	e := newRelayEnv(t)
 	x := e.exchange("orders") // nothing bound
 	const limit = 3
-	st := sqlite.OpenTest(t, stores.Options{OutboxMaxAttempts: limit, OutboxRetryDelay: time.Millisecond})
+	st := storetest.OpenSQLite(t, stores.Options{OutboxMaxAttempts: limit, OutboxRetryDelay: time.Millisecond})
 	addSQLite(t, st, stores.OutboxRecord{Exchange: x, RoutingKey: "order.placed", Body: []byte(`{}`),
 		Properties: stores.Properties{MessageID: "o-1"}})
 
@@ -456,7 +457,7 @@ func TestRelayMissingExchangeFailsOnlyItsRecord(t *testing.T) {
 	e := newRelayEnv(t)
 	q := e.queue("out")
 	dels := e.consume(q)
-	st := sqlite.OpenTest(t, stores.Options{})
+	st := storetest.OpenSQLite(t, stores.Options{})
 	recs := records(20, q)
 	// In the middle of the batch, a record for an exchange nobody declared.
 	recs[10] = stores.OutboxRecord{Exchange: e.ns + "-missing", RoutingKey: "k", Body: []byte(`{}`), Properties: stores.Properties{MessageID: "lost-1"}}
@@ -486,12 +487,12 @@ func TestRelayMissingExchangeFailsOnlyItsRecord(t *testing.T) {
 func TestRelayTwoRelaysNeverPublishARowTwice(t *testing.T) {
 	e := newRelayEnv(t)
 	q := e.queue("out")
-	u := postgres.TestURL(t)
-	sa := postgres.OpenTestURL(t, u, stores.Options{})
+	u := testenv.PostgresSchema(t)
+	sa := storetest.OpenPostgresURL(t, u, stores.Options{})
 	if err := sa.Migrate(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	sb := postgres.OpenTestURL(t, u, stores.Options{})
+	sb := storetest.OpenPostgresURL(t, u, stores.Options{})
 	const n = 1000
 	addPostgres(t, sa, records(n, q)...)
 
@@ -552,7 +553,7 @@ func TestRelayKilledMidBatchIsTakenOverAfterLease(t *testing.T) {
 	q := e.queue("out")
 	dels := e.consume(q)
 	clock := newFakeClock()
-	st := postgres.OpenTest(t, stores.Options{Now: clock.Now})
+	st := storetest.OpenPostgres(t, stores.Options{Now: clock.Now})
 	const n, lease = 200, 15 * time.Second
 	addPostgres(t, st, records(n, q)...)
 
@@ -754,10 +755,10 @@ func benchStore(b *testing.B) (string, relayStore, func([]stores.OutboxRecord)) 
 	b.Helper()
 	switch kind := envOrDefault("ACEMQ_BENCH_STORE", "postgres"); kind {
 	case "postgres":
-		s := postgres.OpenTest(b, stores.Options{})
+		s := storetest.OpenPostgres(b, stores.Options{})
 		return kind, s, func(recs []stores.OutboxRecord) { addPostgres(b, s, recs...) }
 	case "sqlite":
-		s := sqlite.OpenTest(b, stores.Options{})
+		s := storetest.OpenSQLite(b, stores.Options{})
 		return kind, s, func(recs []stores.OutboxRecord) {
 			tx, err := s.DB().BeginTx(context.Background(), nil)
 			if err != nil {

@@ -10,13 +10,14 @@ import (
 	"github.com/acemq/acemq-flow/runtime"
 	"github.com/acemq/acemq-flow/stores"
 	"github.com/acemq/acemq-flow/stores/sqlite"
+	"github.com/acemq/acemq-flow/stores/storetest"
 	"github.com/acemq/acemq-flow/test/testenv"
 )
 
 // migratedSQLite returns the store URL of a new, migrated SQLite file.
 func migratedSQLite(t *testing.T) (string, *sqlite.Store) {
 	t.Helper()
-	st := sqlite.OpenTest(t, stores.Options{})
+	st := storetest.OpenSQLite(t, stores.Options{})
 	return "sqlite:" + st.Path(), st
 }
 

@@ -12,7 +12,6 @@ import (
 
 	"github.com/acemq/acemq-flow/runtime"
 	"github.com/acemq/acemq-flow/stores"
-	"github.com/acemq/acemq-flow/stores/postgres"
 	"github.com/acemq/acemq-flow/test/queuetest"
 	"github.com/acemq/acemq-flow/test/testenv"
 )
@@ -22,7 +21,7 @@ func migrated(t *testing.T, kind string) string {
 	t.Helper()
 	u := "sqlite:" + filepath.Join(t.TempDir(), "shop.db")
 	if kind == "postgres" {
-		u = postgres.TestURL(t)
+		u = testenv.PostgresSchema(t)
 	}
 	set, err := stores.Open(t.Context(), u, stores.Options{})
 	if err != nil {

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/acemq/acemq-flow/stores"
-	"github.com/acemq/acemq-flow/stores/postgres"
+	"github.com/acemq/acemq-flow/stores/storetest"
 )
 
 // BenchmarkClaimConfirm compares claiming and confirming keys one round trip
@@ -16,7 +16,7 @@ import (
 func BenchmarkClaimConfirm(b *testing.B) {
 	for _, batch := range []int{1, 16, 64} {
 		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
-			s := postgres.OpenTest(b, stores.Options{})
+			s := storetest.OpenPostgres(b, stores.Options{})
 			const callers = 16
 			var n int
 			b.ResetTimer()

@@ -6,11 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/acemq/acemq-flow/stores"
 	"github.com/acemq/acemq-flow/stores/postgres"
 	"github.com/acemq/acemq-flow/stores/storetest"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/acemq/acemq-flow/test/testenv"
 )
 
 // appPool opens a pool the way an application writing outbox records would:
@@ -27,15 +29,15 @@ func appPool(t *testing.T, connURL string) *pgxpool.Pool {
 
 func TestConformance(t *testing.T) {
 	storetest.RunAll(t, func(t *testing.T, opts stores.Options) storetest.Backend {
-		connURL := postgres.TestURL(t)
-		s := postgres.OpenTestURL(t, connURL, opts)
+		connURL := testenv.PostgresSchema(t)
+		s := storetest.OpenPostgresURL(t, connURL, opts)
 		if err := s.Migrate(t.Context()); err != nil {
 			t.Fatal(err)
 		}
 		pool := appPool(t, connURL)
 		return storetest.Backend{
 			Set:  s,
-			Peer: func(t *testing.T) stores.Set { return postgres.OpenTestURL(t, connURL, opts) },
+			Peer: func(t *testing.T) stores.Set { return storetest.OpenPostgresURL(t, connURL, opts) },
 			WriteOutbox: func(ctx context.Context, commit bool, recs ...stores.OutboxRecord) ([]int64, error) {
 				tx, err := pool.Begin(ctx)
 				if err != nil {
@@ -81,7 +83,7 @@ VALUES ($1, $2, $3, $4, $5)`, exchange, routingKey, body, contentType, propertie
 				t.Cleanup(release)
 				impatient := opts
 				impatient.LockTimeout = 200 * time.Millisecond
-				return postgres.OpenTestURL(t, connURL, impatient), release
+				return storetest.OpenPostgresURL(t, connURL, impatient), release
 			},
 		}
 	}, storetest.Features{Durable: true})
@@ -89,7 +91,7 @@ VALUES ($1, $2, $3, $4, $5)`, exchange, routingKey, body, contentType, propertie
 
 func TestSchema(t *testing.T) {
 	storetest.RunSchema(t, func(t *testing.T) stores.Set {
-		return postgres.OpenTestURL(t, postgres.TestURL(t), stores.Options{})
+		return storetest.OpenPostgresURL(t, testenv.PostgresSchema(t), stores.Options{})
 	})
 }
 
@@ -97,8 +99,8 @@ func TestSchema(t *testing.T) {
 // the message.
 func TestOutboxCommitsWithTheBusinessRow(t *testing.T) {
 	ctx := t.Context()
-	connURL := postgres.TestURL(t)
-	s := postgres.OpenTestURL(t, connURL, stores.Options{})
+	connURL := testenv.PostgresSchema(t)
+	s := storetest.OpenPostgresURL(t, connURL, stores.Options{})
 	if err := s.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -36,7 +36,7 @@ func app(t *testing.T, path string, busy time.Duration) *sql.DB {
 
 func TestConformance(t *testing.T) {
 	storetest.RunAll(t, func(t *testing.T, opts stores.Options) storetest.Backend {
-		s := sqlite.OpenTest(t, opts)
+		s := storetest.OpenSQLite(t, opts)
 		path := s.Path()
 		db := app(t, path, 5*time.Second)
 		return storetest.Backend{

@@ -1,0 +1,4 @@
+package sqlite
+
+// Path returns the file the store was opened on.
+func (s *Store) Path() string { return s.path }
