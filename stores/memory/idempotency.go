@@ -18,13 +18,9 @@ func (s *Store) TryClaim(ctx context.Context, r core.ClaimRequest) (core.Claim, 
 
 // TryClaimBatch implements stores.Idempotency.
 func (s *Store) TryClaimBatch(ctx context.Context, reqs []core.ClaimRequest) ([]core.Claim, error) {
-	leases := make([]time.Duration, len(reqs))
-	for i, r := range reqs {
-		l, err := s.opts.Lease(r)
-		if err != nil {
-			return nil, err
-		}
-		leases[i] = l
+	leases, err := s.opts.Leases(reqs)
+	if err != nil {
+		return nil, err
 	}
 	if err := s.lock(ctx); err != nil {
 		return nil, err

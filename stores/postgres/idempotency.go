@@ -56,13 +56,9 @@ func (s *Store) TryClaimBatch(ctx context.Context, reqs []core.ClaimRequest) ([]
 	if len(reqs) == 0 {
 		return nil, nil
 	}
-	leases := make([]time.Duration, len(reqs))
-	for i, r := range reqs {
-		l, err := s.opts.Lease(r)
-		if err != nil {
-			return nil, err
-		}
-		leases[i] = l
+	leases, err := s.opts.Leases(reqs)
+	if err != nil {
+		return nil, err
 	}
 	firsts, firstOf := core.Dedupe(reqs)
 	out := make([]core.Claim, len(reqs))

@@ -34,17 +34,13 @@ func (s *Store) TryClaimBatch(ctx context.Context, reqs []core.ClaimRequest) ([]
 	if len(reqs) == 0 {
 		return nil, nil
 	}
-	leases := make([]time.Duration, len(reqs))
-	for i, r := range reqs {
-		l, err := s.opts.Lease(r)
-		if err != nil {
-			return nil, err
-		}
-		leases[i] = l
+	leases, err := s.opts.Leases(reqs)
+	if err != nil {
+		return nil, err
 	}
 	firsts, firstOf := core.Dedupe(reqs)
 	out := make([]core.Claim, len(reqs))
-	err := s.inTx(ctx, claimWhat(reqs), func(tx *sql.Tx) error {
+	err = s.inTx(ctx, claimWhat(reqs), func(tx *sql.Tx) error {
 		now := s.opts.Now()
 		var last int64
 		err := tx.QueryRowContext(ctx, `UPDATE acemq_idempotency_token SET value = value + ? WHERE id = 1 RETURNING value`, len(firsts)).Scan(&last)

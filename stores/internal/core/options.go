@@ -69,6 +69,19 @@ func (o Options) Lease(r ClaimRequest) (time.Duration, error) {
 	return r.Lease, nil
 }
 
+// Leases returns the lease of each request (see Lease), or the first error.
+func (o Options) Leases(reqs []ClaimRequest) ([]time.Duration, error) {
+	leases := make([]time.Duration, len(reqs))
+	for i, r := range reqs {
+		l, err := o.Lease(r)
+		if err != nil {
+			return nil, err
+		}
+		leases[i] = l
+	}
+	return leases, nil
+}
+
 // Dedupe returns the indexes of the first request for each key and, for every
 // request, the index of the first one with its key.
 func Dedupe(reqs []ClaimRequest) (firsts []int, firstOf []int) {
