@@ -59,7 +59,7 @@ Environment: ACEMQ_AMQP_URL (--amqp).`,
 	f := cmd.Flags()
 	f.IntVar(&limit, "limit", 10, "show at most this many messages")
 	f.StringVar(&format, "format", "text", "output format: text or json")
-	f.StringVar(&amqpURL, "amqp", envOr("ACEMQ_AMQP_URL", defaultAMQP), "broker URL (env ACEMQ_AMQP_URL)")
+	amqpFlag(f, &amqpURL)
 	return cmd
 }
 

@@ -63,7 +63,7 @@ Environment: ACEMQ_STORE_URL (--store), ACEMQ_AMQP_URL (--amqp).`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&storeURL, "store", envOr("ACEMQ_STORE_URL", defaultStore), "store holding the outbox: postgres://… or sqlite:PATH (env ACEMQ_STORE_URL)")
-	f.StringVar(&amqpURL, "amqp", envOr("ACEMQ_AMQP_URL", defaultAMQP), "broker URL (env ACEMQ_AMQP_URL)")
+	amqpFlag(f, &amqpURL)
 	f.IntVar(&opts.Batch, "batch", 100, "records claimed per round trip")
 	f.DurationVar(&opts.Lease, "lease", 15*time.Second, "how long claimed records stay with this relay")
 	f.DurationVar(&opts.Poll, "poll", 200*time.Millisecond, "wait between claims when the outbox is drained")

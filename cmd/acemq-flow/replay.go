@@ -65,7 +65,7 @@ Environment: ACEMQ_AMQP_URL (--amqp).`,
 	f.IntVar(&opts.Limit, "limit", 0, "move at most this many messages (0: all)")
 	f.IntVar(&opts.MaxReplays, "max-replays", runtime.DefaultMaxReplays, "park a message instead once it was replayed this many times")
 	f.BoolVar(&opts.DryRun, "dry-run", false, "print what would happen and move nothing")
-	f.StringVar(&amqpURL, "amqp", envOr("ACEMQ_AMQP_URL", defaultAMQP), "broker URL (env ACEMQ_AMQP_URL)")
+	amqpFlag(f, &amqpURL)
 	return cmd
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/acemq/acemq-flow/runtime"
 	"github.com/acemq/acemq-flow/stores"
@@ -23,6 +24,12 @@ func envOr(name, def string) string {
 }
 
 const defaultAMQP = "amqp://guest:guest@localhost:5672/"
+
+// amqpFlag adds --amqp, the broker URL every command that talks to the
+// broker takes.
+func amqpFlag(f *pflag.FlagSet, url *string) {
+	f.StringVar(url, "amqp", envOr("ACEMQ_AMQP_URL", defaultAMQP), "broker URL (env ACEMQ_AMQP_URL)")
+}
 
 func newLogger(io streams, level, format string) (*slog.Logger, error) {
 	var lv slog.Level
@@ -112,11 +119,11 @@ ACEMQ_ADMIN_TOKEN (--admin-token), ACEMQ_STORE_URL (--store).`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&amqpURL, "amqp", envOr("ACEMQ_AMQP_URL", defaultAMQP), "broker URL (env ACEMQ_AMQP_URL)")
+	amqpFlag(f, &amqpURL)
 	f.StringVar(&admin, "admin", envOr("ACEMQ_ADMIN_ADDR", "127.0.0.1:9464"), "admin listener: health, readiness (env ACEMQ_ADMIN_ADDR); empty disables it")
 	f.StringVar(&token, "admin-token", envOr("ACEMQ_ADMIN_TOKEN", ""), "bearer token the admin API requires for calls that change something; required when --admin is not loopback (env ACEMQ_ADMIN_TOKEN)")
 	f.DurationVar(&drain, "drain-timeout", 30*time.Second, "how long handlers in flight may finish on shutdown")
-	f.StringVar(&storeURL, "store", envOr("ACEMQ_STORE_URL", "sqlite:acemq.db"), "idempotency store: postgres://…, sqlite:PATH or memory: (env ACEMQ_STORE_URL)")
+	f.StringVar(&storeURL, "store", envOr("ACEMQ_STORE_URL", defaultStore), "idempotency store: postgres://…, sqlite:PATH or memory: (env ACEMQ_STORE_URL)")
 	f.DurationVar(&claimTimeout, "claim-timeout", 5*time.Minute, "idempotency claims' lease: set it above the slowest handler")
 	f.BoolVar(&relay, "relay", false, "also run the outbox relay on --store")
 	f.BoolVar(&createSchema, "create-schema", false, "create the store's tables if missing (development only; use `acemq-flow migrate` otherwise)")

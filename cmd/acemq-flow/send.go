@@ -102,7 +102,7 @@ reply came in time.`,
 	f.StringVar(&in, "in", "", "deliver after this delay")
 	f.StringVar(&at, "at", "", "deliver at this time")
 	f.DurationVar(&wait, "wait", 0, "wait this long for the reply (request/reply)")
-	f.StringVar(&amqpURL, "amqp", envOr("ACEMQ_AMQP_URL", defaultAMQP), "broker URL (env ACEMQ_AMQP_URL)")
+	amqpFlag(f, &amqpURL)
 	f.StringVar(&admin, "admin", envOr("ACEMQ_ADMIN_ADDR", "127.0.0.1:9464"), "without PATH, the running runtime's admin address, which knows the flows (env ACEMQ_ADMIN_ADDR)")
 	return cmd
 }
