@@ -56,22 +56,32 @@ func (d *Delivery) Ack() error {
 				return errors.New("the channel's acknowledgements have ended")
 			}
 			return nil
-		}, 0)
+		}, countAcked)
 	}
-	return d.settle(func() error { return d.g.ch.Ack(d.DeliveryTag, false) }, 0)
+	return d.settle(func() error { return d.g.ch.Ack(d.DeliveryTag, false) }, countAcked)
 }
 
 // Nack negatively acknowledges the delivery; with requeue the broker
 // delivers it again, without it the broker dead-letters it (when the queue
 // has a dead-letter exchange) or drops it.
 func (d *Delivery) Nack(requeue bool) error {
-	return d.settle(func() error { return d.written(d.g.ch.Nack(d.DeliveryTag, false, requeue)) }, 1)
+	return d.nack(requeue, countNacked)
+}
+
+func (d *Delivery) nack(requeue bool, count func(*Consumer) *atomic.Int64) error {
+	return d.settle(func() error { return d.written(d.g.ch.Nack(d.DeliveryTag, false, requeue)) }, count)
 }
 
 // Reject is Nack for one message, sent as basic.reject.
 func (d *Delivery) Reject(requeue bool) error {
-	return d.settle(func() error { return d.written(d.g.ch.Reject(d.DeliveryTag, requeue)) }, 2)
+	return d.settle(func() error { return d.written(d.g.ch.Reject(d.DeliveryTag, requeue)) }, countRejected)
 }
+
+// The counter a settlement adds to.
+func countAcked(c *Consumer) *atomic.Int64    { return &c.acked }
+func countNacked(c *Consumer) *atomic.Int64   { return &c.nacked }
+func countRejected(c *Consumer) *atomic.Int64 { return &c.rejected }
+func countRequeued(c *Consumer) *atomic.Int64 { return &c.requeued }
 
 // written tells the channel's acker that the delivery was settled on the
 // broker, once its nack or reject is written, so coalesced acks can pass
@@ -83,7 +93,9 @@ func (d *Delivery) written(err error) error {
 	return err
 }
 
-func (d *Delivery) settle(send func() error, kind int) error {
+// settle sends one settlement and counts it, once per delivery; a
+// settlement on a closed channel sends nothing and counts as stale.
+func (d *Delivery) settle(send func() error, count func(*Consumer) *atomic.Int64) error {
 	if !d.settled.CompareAndSwap(false, true) {
 		return ErrAlreadySettled
 	}
@@ -106,14 +118,7 @@ func (d *Delivery) settle(send func() error, kind int) error {
 		return fmt.Errorf("%w (%v)", ErrStaleDelivery, err)
 	}
 	if c != nil {
-		switch kind {
-		case 0:
-			c.acked.Add(1)
-		case 1:
-			c.nacked.Add(1)
-		case 2:
-			c.rejected.Add(1)
-		}
+		count(c).Add(1)
 	}
 	return nil
 }
@@ -467,10 +472,7 @@ func (c *Consumer) handle(dels <-chan amqp.Delivery, g *consGen, r *run) {
 }
 
 func (c *Consumer) handBack(d *Delivery) {
-	if d.Nack(true) == nil && d.c != nil {
-		c.nacked.Add(-1)
-		c.requeued.Add(1)
-	}
+	_ = d.nack(true, countRequeued)
 }
 
 // waitDrained waits until no delivery is in flight, the deadline passes, or
