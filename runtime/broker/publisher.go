@@ -174,7 +174,7 @@ func (p *Publisher) PublishFunc(ctx context.Context, msg Message, done func(erro
 	return p.publish(ctx, &msg, nil, done)
 }
 
-func (p *Publisher) publish(ctx context.Context, msg *Message, pd *Pending, fn func(error)) error {
+func (p *Publisher) publish(ctx context.Context, msg *Message, pd *Pending, fn func(error)) (err error) {
 	if p.closed.Load() {
 		return ErrClosed
 	}
@@ -184,42 +184,37 @@ func (p *Publisher) publish(ctx context.Context, msg *Message, pd *Pending, fn f
 	select {
 	case p.slots <- struct{}{}:
 	default:
-		select {
-		case p.slots <- struct{}{}:
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-p.closing:
-			return ErrClosed
+		if err := p.await(ctx, nil, p.slots); err != nil {
+			return err
 		}
 	}
+	// From here the publish holds a slot; it gives it back unless the
+	// message was written (then the confirm gives it back).
+	defer func() {
+		if err != nil {
+			<-p.slots
+		}
+	}()
 	if msg.DeliveryMode == 0 {
 		msg.DeliveryMode = amqp.Persistent
 	}
 	for {
 		if err := p.conn.waitUnblocked(ctx); err != nil {
-			<-p.slots
 			return err
 		}
 		p.mu.Lock()
 		if p.closed.Load() {
 			p.mu.Unlock()
-			<-p.slots
 			return ErrClosed
 		}
 		g := p.gen
 		if g == nil {
 			ready := p.ready
 			p.mu.Unlock()
-			select {
-			case <-ready:
-				continue
-			case <-ctx.Done():
-				<-p.slots
-				return ctx.Err()
-			case <-p.closing:
-				<-p.slots
-				return ErrClosed
+			if err := p.await(ctx, ready, nil); err != nil {
+				return err
 			}
+			continue
 		}
 		// The ring append happens under the same lock as the write, so the
 		// confirm loop never sees a confirm before its entry.
@@ -228,23 +223,16 @@ func (p *Publisher) publish(ctx context.Context, msg *Message, pd *Pending, fn f
 			// Refused before anything was written (a header of a type AMQP
 			// cannot carry): the message itself is wrong.
 			p.mu.Unlock()
-			<-p.slots
 			return fmt.Errorf("publish message %q to %s: %w", msg.MessageId, exchangeName(msg.Exchange), err)
 		}
 		if err != nil || dc == nil {
 			p.mu.Unlock()
 			// Nothing reached the broker (the channel was already closed):
 			// wait for the next channel and write it there.
-			select {
-			case <-g.dead:
-				continue
-			case <-ctx.Done():
-				<-p.slots
-				return ctx.Err()
-			case <-p.closing:
-				<-p.slots
-				return ErrClosed
+			if err := p.await(ctx, g.dead, nil); err != nil {
+				return err
 			}
+			continue
 		}
 		p.ring.push(entry{
 			tag: dc.DeliveryTag, exchange: msg.Exchange, key: msg.RoutingKey, msgID: msg.MessageId,
@@ -253,6 +241,22 @@ func (p *Publisher) publish(ctx context.Context, msg *Message, pd *Pending, fn f
 		p.mu.Unlock()
 		p.published.Add(1)
 		return nil
+	}
+}
+
+// await waits until done is closed or a slot is taken on slots (whichever
+// is given), and returns ctx's error or ErrClosed when ctx ends or the
+// Publisher closes first.
+func (p *Publisher) await(ctx context.Context, done <-chan struct{}, slots chan<- struct{}) error {
+	select {
+	case <-done:
+		return nil
+	case slots <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-p.closing:
+		return ErrClosed
 	}
 }
 
