@@ -318,10 +318,12 @@ func (g *group) carryOut(ctx context.Context, d *broker.Delivery, in Inbound, de
 		pending = len(dec.Publish)
 		failed  error
 	)
-	done := func(p Publish) func(error) {
+	// Each callback keeps only what it reads of its publish, not the
+	// whole message.
+	done := func(bestEffort bool, routingKey string) func(error) {
 		return func(err error) {
-			if err != nil && p.BestEffort && errors.Is(err, broker.ErrUnroutable) {
-				g.log.Warn("reply not delivered: nothing listens on reply_to any more", "message_id", in.Env.MessageID, "routing_key", p.RoutingKey)
+			if err != nil && bestEffort && errors.Is(err, broker.ErrUnroutable) {
+				g.log.Warn("reply not delivered: nothing listens on reply_to any more", "message_id", in.Env.MessageID, "routing_key", routingKey)
 				err = nil
 			}
 			mu.Lock()
@@ -348,8 +350,9 @@ func (g *group) carryOut(ctx context.Context, d *broker.Delivery, in Inbound, de
 		}
 	}
 	for _, p := range dec.Publish {
-		if err := g.r.pub.PublishFunc(ctx, p.Message, done(p)); err != nil {
-			done(p)(err)
+		cb := done(p.BestEffort, p.RoutingKey)
+		if err := g.r.pub.PublishFunc(ctx, p.Message, cb); err != nil {
+			cb(err)
 		}
 	}
 }
