@@ -2,6 +2,7 @@ package sdk
 
 import (
 	"log/slog"
+	"os"
 	"strings"
 )
 
@@ -28,4 +29,15 @@ func Logger(level slog.Level) *slog.Logger {
 			return a
 		},
 	}))
+}
+
+// LevelFromEnv is the level the environment variable name holds (debug,
+// info, warn or error, as slog reads them), or info when it is unset or
+// holds anything else.
+func LevelFromEnv(name string) slog.Level {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(os.Getenv(name))); err != nil {
+		return slog.LevelInfo
+	}
+	return l
 }

@@ -113,3 +113,12 @@ func TestFatalAndRetryableOfNil(t *testing.T) {
 		t.Fatalf("Fatal(x) = %v: must wrap x and be fatal", err)
 	}
 }
+
+func TestLevelFromEnv(t *testing.T) {
+	for value, want := range map[string]slog.Level{"debug": slog.LevelDebug, "warn": slog.LevelWarn, "": slog.LevelInfo, "loud": slog.LevelInfo} {
+		t.Setenv("ACEMQ_SDK_TEST_LEVEL", value)
+		if got := LevelFromEnv("ACEMQ_SDK_TEST_LEVEL"); got != want {
+			t.Errorf("LevelFromEnv with %q = %v, want %v", value, got, want)
+		}
+	}
+}

@@ -6,7 +6,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"math"
 	"net/mail"
 	"os"
@@ -55,7 +54,7 @@ type Address struct {
 	Country  string `json:"country"`
 }
 
-var log = sdk.Logger(logLevel())
+var log = sdk.Logger(sdk.LevelFromEnv("LOG_LEVEL"))
 
 // validate checks what the schema cannot: that the lines add up, that the
 // order is not from the future, that it can be shipped. It returns the order
@@ -123,13 +122,3 @@ func creditLimit() float64 {
 }
 
 func cents(v float64) int64 { return int64(math.Round(v * 100)) }
-
-// logLevel reads LOG_LEVEL (debug, info, warn, error), as the example flows
-// pass it in the plugin's env.
-func logLevel() slog.Level {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(os.Getenv("LOG_LEVEL"))); err != nil {
-		return slog.LevelInfo
-	}
-	return l
-}

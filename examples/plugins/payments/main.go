@@ -13,8 +13,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"log/slog"
-	"os"
 	"time"
 
 	"github.com/acemq/acemq-flow/plugins/sdk"
@@ -69,7 +67,7 @@ type InvoiceRun struct {
 const maxCharge = 10000
 
 var (
-	log        = sdk.Logger(logLevel())
+	log        = sdk.Logger(sdk.LevelFromEnv("LOG_LEVEL"))
 	currencies = map[string]bool{"EUR": true, "GBP": true, "USD": true}
 )
 
@@ -123,14 +121,4 @@ func invoice(ctx context.Context, env sdk.Envelope, run InvoiceRun) (sdk.None, e
 func paymentID(orderID string) string {
 	sum := sha256.Sum256([]byte("payment:" + orderID))
 	return "pay-" + hex.EncodeToString(sum[:8])
-}
-
-// logLevel reads LOG_LEVEL (debug, info, warn, error), as the example flows
-// pass it in the plugin's env.
-func logLevel() slog.Level {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(os.Getenv("LOG_LEVEL"))); err != nil {
-		return slog.LevelInfo
-	}
-	return l
 }

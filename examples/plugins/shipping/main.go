@@ -12,8 +12,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"log/slog"
-	"os"
 	"strings"
 	"time"
 
@@ -58,7 +56,7 @@ type Order struct {
 	ShipTo  Address `json:"ship_to"`
 }
 
-var log = sdk.Logger(logLevel())
+var log = sdk.Logger(sdk.LevelFromEnv("LOG_LEVEL"))
 
 // dispatch books the parcel for reserved stock and prints its label. It
 // returns nothing: it is the fulfilment pipeline's last step. A reservation
@@ -127,14 +125,4 @@ func courierFor(country string) string {
 		return "DHL"
 	}
 	return "UPS"
-}
-
-// logLevel reads LOG_LEVEL (debug, info, warn, error), as the example flows
-// pass it in the plugin's env.
-func logLevel() slog.Level {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(os.Getenv("LOG_LEVEL"))); err != nil {
-		return slog.LevelInfo
-	}
-	return l
 }

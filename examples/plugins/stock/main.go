@@ -10,8 +10,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"log/slog"
-	"os"
 	"sync"
 	"time"
 
@@ -66,7 +64,7 @@ type Line struct {
 const holdFor = 15 * time.Minute
 
 var (
-	log = sdk.Logger(logLevel())
+	log = sdk.Logger(sdk.LevelFromEnv("LOG_LEVEL"))
 
 	mu    sync.Mutex
 	holds = map[string]Reservation{} // by order id
@@ -147,14 +145,4 @@ func warehouseFor(country string) string {
 		return "MAN-1"
 	}
 	return "AMS-1"
-}
-
-// logLevel reads LOG_LEVEL (debug, info, warn, error), as the example flows
-// pass it in the plugin's env.
-func logLevel() slog.Level {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(os.Getenv("LOG_LEVEL"))); err != nil {
-		return slog.LevelInfo
-	}
-	return l
 }
