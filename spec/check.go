@@ -131,12 +131,7 @@ func (c *fileChecker) names() {
 
 func (c *fileChecker) compileTypes(tc *typeCompiler) {
 	for _, t := range c.f.Types {
-		var doc any
-		if err := jsonUnmarshal(t.Schema, &doc); err != nil {
-			c.d.errorf(t.Pos, "invalid-type", "write the type as a JSON Schema object", "type %q is not a JSON object: %v", t.Name, err)
-			continue
-		}
-		s, err := tc.compile(t.Name, doc)
+		s, err := tc.compile(t.Name, t.Schema)
 		if err != nil {
 			c.d.errorf(t.Pos, "invalid-type", typeHint(err), "type %q is not a valid JSON Schema: %s", t.Name, schemaCompileMessage(err))
 			continue

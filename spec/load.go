@@ -1,7 +1,6 @@
 package spec
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"io/fs"
@@ -181,5 +180,3 @@ func readLimited(fsys fs.FS, file, name string) ([]byte, error) {
 	}
 	return data, nil
 }
-
-func jsonUnmarshal(data []byte, v any) error { return json.Unmarshal(data, v) }

@@ -162,12 +162,9 @@ func unwrapPathError(err error) error {
 	return err
 }
 
-// compile compiles the schema document doc (the value under types.<name>).
-func (tc *typeCompiler) compile(name string, doc any) (*jsonschema.Schema, error) {
-	raw, err := json.Marshal(doc)
-	if err != nil {
-		return nil, err
-	}
+// compile compiles the schema document raw (the value under types.<name>,
+// as JSON).
+func (tc *typeCompiler) compile(name string, raw []byte) (*jsonschema.Schema, error) {
 	// The inline document lives beside the flow file, so relative $refs in
 	// it resolve against the flow file's folder.
 	u := fileURL(path.Join(tc.dir, tc.base+".types."+name+".json"))
