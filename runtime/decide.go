@@ -165,15 +165,20 @@ func Decide(c *Consumer, route []string, in Inbound, res Result, callErr error, 
 	// is not ours, the pipeline from this step on.
 	if c.Kind == KindStep {
 		r, pos := env.Route, env.RoutePosition
+		carried := true // the route header travels on unchanged
 		if len(r) == 0 || pos < 0 || pos >= len(r) || r[pos] != c.Step {
-			r, pos = route, c.Position
+			r, pos, carried = route, c.Position, false
 		}
 		if pos+1 < len(r) {
 			if res.Stop {
 				return stopped(c, in, c.Step, Itinerary{}, now)
 			}
 			msg := c.output(in, res.Payload, now)
-			msg.Headers[HeaderRoute] = RouteHeader(r)
+			if carried {
+				msg.Headers[HeaderRoute] = strHeader(env.Headers[HeaderRoute])
+			} else {
+				msg.Headers[HeaderRoute] = RouteHeader(r)
+			}
 			msg.Headers[HeaderRoutePosition] = int64(pos + 1)
 			msg.Exchange, msg.RoutingKey = PipelineExchange(c.Pipeline), r[pos+1]
 			return Decision{Outcome: OutcomeAcknowledged, Publish: []Publish{{Message: msg}}}
