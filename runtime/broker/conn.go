@@ -112,8 +112,8 @@ type Conn struct {
 	state      atomic.Int32
 	reconnects atomic.Int64
 
-	blockMu   sync.Mutex
-	unblocked chan struct{} // closed while the broker is not blocking publishes
+	blockMu   sync.Mutex                    // serializes setBlocked
+	unblocked atomic.Pointer[chan struct{}] // closed while the broker is not blocking publishes; read per publish, without a lock
 
 	closing   chan struct{}
 	done      chan struct{}
@@ -138,16 +138,17 @@ func Open(ctx context.Context, rawURL string, opts ConnOptions) (*Conn, error) {
 	}
 	pass, _ := u.User.Password()
 	c := &Conn{
-		url:       rawURL,
-		redacted:  u.Redacted(),
-		pass:      pass,
-		opts:      opts,
-		ready:     make(chan struct{}),
-		unblocked: make(chan struct{}),
-		closing:   make(chan struct{}),
-		done:      make(chan struct{}),
+		url:      rawURL,
+		redacted: u.Redacted(),
+		pass:     pass,
+		opts:     opts,
+		ready:    make(chan struct{}),
+		closing:  make(chan struct{}),
+		done:     make(chan struct{}),
 	}
-	close(c.unblocked)
+	open := make(chan struct{})
+	close(open)
+	c.unblocked.Store(&open)
 	c.log = opts.Log.With("connection", opts.Name)
 
 	ac, err := c.dialRetry(ctx, 0)
@@ -176,10 +177,8 @@ func (c *Conn) Reconnects() int64 { return c.reconnects.Load() }
 // Blocked reports whether the broker is blocking publishes on this connection
 // (a memory or disk alarm, connection.blocked).
 func (c *Conn) Blocked() bool {
-	c.blockMu.Lock()
-	defer c.blockMu.Unlock()
 	select {
-	case <-c.unblocked:
+	case <-*c.unblocked.Load():
 		return false
 	default:
 		return true
@@ -275,9 +274,7 @@ func (c *Conn) current(ctx context.Context) (*amqp.Connection, error) {
 
 // waitUnblocked returns once the broker is not blocking publishes.
 func (c *Conn) waitUnblocked(ctx context.Context) error {
-	c.blockMu.Lock()
-	ch := c.unblocked
-	c.blockMu.Unlock()
+	ch := *c.unblocked.Load()
 	select {
 	case <-ch:
 		return nil
@@ -296,14 +293,16 @@ func (c *Conn) waitUnblocked(ctx context.Context) error {
 func (c *Conn) setBlocked(b bool) {
 	c.blockMu.Lock()
 	defer c.blockMu.Unlock()
+	cur := *c.unblocked.Load()
 	select {
-	case <-c.unblocked:
+	case <-cur:
 		if b {
-			c.unblocked = make(chan struct{})
+			next := make(chan struct{})
+			c.unblocked.Store(&next)
 		}
 	default:
 		if !b {
-			close(c.unblocked)
+			close(cur)
 		}
 	}
 }

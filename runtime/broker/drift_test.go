@@ -1,7 +1,9 @@
 package broker
 
 import (
+	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -126,5 +128,33 @@ func TestBackoffStaysWithinBounds(t *testing.T) {
 		if d < c/2 || d > c {
 			t.Fatalf("backoff(%d) = %v, want within [%v, %v]", n, d, c/2, c)
 		}
+	}
+}
+
+// connection.blocked holds publishes until connection.unblocked; a publish
+// waiting meanwhile gives up with its context, naming the alarm.
+func TestBlockedConnectionHoldsPublishesUntilUnblocked(t *testing.T) {
+	c := &Conn{closing: make(chan struct{}), opts: ConnOptions{Name: "test"}}
+	open := make(chan struct{})
+	close(open)
+	c.unblocked.Store(&open)
+	if c.Blocked() || c.waitUnblocked(t.Context()) != nil {
+		t.Fatal("a new connection is blocked")
+	}
+	c.setBlocked(true)
+	c.setBlocked(true) // repeated: still one blocked period
+	if !c.Blocked() {
+		t.Fatal("Blocked() = false after connection.blocked")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
+	defer cancel()
+	if err := c.waitUnblocked(ctx); err == nil || !strings.Contains(err.Error(), "blocked by the broker") {
+		t.Fatalf("waitUnblocked while blocked = %v, want the alarm named", err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- c.waitUnblocked(t.Context()) }()
+	c.setBlocked(false)
+	if err := <-waited; err != nil || c.Blocked() {
+		t.Fatalf("after connection.unblocked: waitUnblocked = %v, Blocked() = %v", err, c.Blocked())
 	}
 }
