@@ -26,16 +26,6 @@ func requestToProto(callID uint64, r Request, timeout time.Duration) *proto.Hand
 	}
 }
 
-// requestFromProto is the inverse of requestToProto.
-func requestFromProto(m *proto.HandleRequest) Request {
-	return Request{
-		Handler:    m.GetHandler(),
-		Compensate: m.GetCompensate(),
-		Envelope:   envelopeFromProto(m.GetEnvelope()),
-		Payload:    m.GetPayload(),
-	}
-}
-
 func envelopeToProto(e Envelope) *proto.Envelope {
 	m := &proto.Envelope{
 		MessageId:     e.MessageID,
@@ -50,25 +40,6 @@ func envelopeToProto(e Envelope) *proto.Envelope {
 		m.FirstSeen = timestamppb.New(e.FirstSeen)
 	}
 	return m
-}
-
-func envelopeFromProto(m *proto.Envelope) Envelope {
-	e := Envelope{
-		MessageID:     m.GetMessageId(),
-		Type:          m.GetType(),
-		CorrelationID: m.GetCorrelationId(),
-		CausationID:   m.GetCausationId(),
-		Origin:        m.GetOrigin(),
-		Attempt:       int(m.GetAttempt()),
-		Headers:       m.GetHeaders(),
-	}
-	if ts := m.GetFirstSeen(); ts != nil {
-		e.FirstSeen = ts.AsTime()
-	}
-	if len(e.Headers) == 0 {
-		e.Headers = nil
-	}
-	return e
 }
 
 // resultFromProto turns a plugin's answer into Call's result: an output, a
@@ -86,34 +57,10 @@ func resultFromProto(pluginName, handler string, m *proto.HandleResponse) (Resul
 	return Result{}, fmt.Errorf("plugin %q handler %q: answer without an outcome: %w", pluginName, handler, ErrProtocol)
 }
 
-// resultToProto is the inverse of resultFromProto for results and
-// *CallError failures.
-func resultToProto(callID uint64, r Result, err error) *proto.HandleResponse {
-	m := &proto.HandleResponse{CallId: callID}
-	if ce, ok := err.(*CallError); ok {
-		m.Outcome = &proto.HandleResponse_Failure{Failure: &proto.Failure{Fatal: ce.Fatal, Message: ce.Msg}}
-		return m
-	}
-	if r.Stop {
-		m.Outcome = &proto.HandleResponse_Stop{Stop: &proto.Stop{}}
-		return m
-	}
-	m.Outcome = &proto.HandleResponse_Output{Output: &proto.Output{Payload: r.Payload}}
-	return m
-}
-
 func handlersFromProto(m *proto.DescribeResponse) []HandlerInfo {
 	out := make([]HandlerInfo, 0, len(m.GetHandlers()))
 	for _, h := range m.GetHandlers() {
 		out = append(out, HandlerInfo{Name: h.GetName(), InputType: h.GetInputType(), OutputType: h.GetOutputType()})
 	}
 	return out
-}
-
-func handlersToProto(hs []HandlerInfo) *proto.DescribeResponse {
-	m := &proto.DescribeResponse{}
-	for _, h := range hs {
-		m.Handlers = append(m.Handlers, &proto.HandlerInfo{Name: h.Name, InputType: h.InputType, OutputType: h.OutputType})
-	}
-	return m
 }
