@@ -108,6 +108,7 @@ type Conn struct {
 	mu    sync.Mutex
 	cur   *amqp.Connection
 	ready chan struct{} // closed while cur != nil; replaced when the connection is lost
+	lost  chan struct{} // closed when the supervisor gives cur up
 
 	state      atomic.Int32
 	reconnects atomic.Int64
@@ -243,7 +244,7 @@ func closeLate(res <-chan chanResult) {
 func (c *Conn) current(ctx context.Context) (*amqp.Connection, error) {
 	for {
 		c.mu.Lock()
-		ac, ready := c.cur, c.ready
+		ac, ready, lost := c.cur, c.ready, c.lost
 		c.mu.Unlock()
 		if c.State() == StateClosed {
 			return nil, ErrClosed
@@ -259,14 +260,14 @@ func (c *Conn) current(ctx context.Context) (*amqp.Connection, error) {
 			return nil, fmt.Errorf("connection %q: waiting for the broker: %w", c.opts.Name, ctx.Err())
 		}
 		if ac != nil {
-			// cur is dead but the supervisor has not noticed yet: wait for
-			// it to replace the ready channel.
+			// cur is dead but the supervisor has not noticed yet: wait until
+			// it has, and has replaced the ready channel.
 			select {
+			case <-lost:
 			case <-c.closing:
 				return nil, ErrClosed
 			case <-ctx.Done():
 				return nil, fmt.Errorf("connection %q: waiting for the broker: %w", c.opts.Name, ctx.Err())
-			case <-time.After(10 * time.Millisecond):
 			}
 		}
 	}
@@ -310,6 +311,7 @@ func (c *Conn) setBlocked(b bool) {
 func (c *Conn) setConnected(ac *amqp.Connection) {
 	c.mu.Lock()
 	c.cur = ac
+	c.lost = make(chan struct{})
 	close(c.ready)
 	c.mu.Unlock()
 	c.state.Store(int32(StateConnected))
@@ -319,6 +321,10 @@ func (c *Conn) setLost() {
 	c.mu.Lock()
 	c.cur = nil
 	c.ready = make(chan struct{})
+	if c.lost != nil {
+		close(c.lost)
+		c.lost = nil
+	}
 	c.mu.Unlock()
 	c.state.Store(int32(StateReconnecting))
 	c.setBlocked(false)
