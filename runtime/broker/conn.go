@@ -441,7 +441,8 @@ func (c *Conn) dial(ctx context.Context) (*amqp.Connection, error) {
 				nc.Close()
 				return nil, err
 			}
-			return nc, nil
+			// Writes from the connection's channels share system calls.
+			return newBatchConn(nc), nil
 		},
 	}
 	ac, err := amqp.DialConfig(c.url, cfg)

@@ -1,0 +1,191 @@
+package broker
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// countingConn counts the writes that reach the socket.
+type countingConn struct {
+	net.Conn
+	writes atomic.Int64
+}
+
+func (c *countingConn) Write(p []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(p)
+}
+
+// pipe returns a batchConn over one end of a synchronous pipe (a write
+// waits until the other end reads it), the counter beneath it, and the other
+// end.
+func pipe(t *testing.T) (*batchConn, *countingConn, net.Conn) {
+	t.Helper()
+	a, peer := net.Pipe()
+	cc := &countingConn{Conn: a}
+	b := newBatchConn(cc)
+	t.Cleanup(func() { b.Close(); peer.Close() })
+	return b, cc, peer
+}
+
+// readN reads exactly n bytes from c, failing the test after a minute.
+func readN(t *testing.T, c net.Conn, n int) []byte {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(time.Minute))
+	buf := make([]byte, n)
+	if _, err := io.ReadFull(c, buf); err != nil {
+		t.Fatalf("read %d bytes: %v", n, err)
+	}
+	return buf
+}
+
+func TestBatchConnGathersWritesMadeDuringAWrite(t *testing.T) {
+	b, cc, peer := pipe(t)
+	// The first write is taken by the writer and waits in the pipe until the
+	// peer reads; the writes made meanwhile gather behind it.
+	if _, err := b.Write([]byte("first;")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return cc.writes.Load() == 1 })
+	var want bytes.Buffer
+	want.WriteString("first;")
+	for i := range 50 {
+		p := fmt.Appendf(nil, "w%02d;", i)
+		want.Write(p)
+		if _, err := b.Write(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := readN(t, peer, want.Len()); !bytes.Equal(got, want.Bytes()) {
+		t.Fatalf("the peer read %q, want %q", got, want.Bytes())
+	}
+	if n := cc.writes.Load(); n != 2 {
+		t.Fatalf("51 writes reached the socket in %d writes, want 2 (the first, then the 50 made while it waited)", n)
+	}
+}
+
+func TestBatchConnKeepsEachWriteWhole(t *testing.T) {
+	b, _, peer := pipe(t)
+	const writers, each = 8, 200
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for i := range each {
+				// A record is its length, then that many copies of the
+				// writer's letter.
+				n := 10 + i%20
+				rec := append([]byte{byte(n)}, bytes.Repeat([]byte{byte('a' + w)}, n)...)
+				if _, err := b.Write(rec); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	seen := map[byte]int{}
+	for range writers * each {
+		head := readN(t, peer, 1)
+		body := readN(t, peer, int(head[0]))
+		if c := bytes.Trim(body, string(body[:1])); len(c) != 0 {
+			t.Fatalf("a record's bytes are interleaved with another's: %q", body)
+		}
+		seen[body[0]]++
+	}
+	wg.Wait()
+	for w := range writers {
+		if seen[byte('a'+w)] != each {
+			t.Errorf("writer %d: %d records arrived, want %d", w, seen[byte('a'+w)], each)
+		}
+	}
+}
+
+func TestBatchConnBlocksWritersWhenTheSocketDoesNotDrain(t *testing.T) {
+	b, cc, peer := pipe(t)
+	if _, err := b.Write([]byte{1}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return cc.writes.Load() == 1 })
+	// The writer is stuck in the pipe: fill the buffer to its limit.
+	if _, err := b.Write(make([]byte, batchConnLimit)); err != nil {
+		t.Fatal(err)
+	}
+	returned := make(chan error, 1)
+	go func() {
+		_, err := b.Write([]byte{2})
+		returned <- err
+	}()
+	select {
+	case err := <-returned:
+		t.Fatalf("a write beyond %d waiting bytes returned (%v) instead of waiting for the socket", batchConnLimit, err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	readN(t, peer, 1+batchConnLimit)
+	if err := <-returned; err != nil {
+		t.Fatal(err)
+	}
+	if got := readN(t, peer, 1); got[0] != 2 {
+		t.Fatalf("last byte %d, want 2", got[0])
+	}
+}
+
+func TestBatchConnFailedWriteClosesTheConnection(t *testing.T) {
+	b, cc, peer := pipe(t)
+	peer.Close()
+	if _, err := b.Write([]byte("lost")); err != nil {
+		t.Fatalf("first write: %v (it is queued; the failure shows on the next)", err)
+	}
+	// The reader of the connection sees it closed, as with a broken socket.
+	waitFor(t, func() bool {
+		_, err := cc.Read(make([]byte, 1))
+		return errors.Is(err, io.ErrClosedPipe) || errors.Is(err, net.ErrClosed)
+	})
+	if _, err := b.Write([]byte("more")); err == nil {
+		t.Fatal("a write after the socket failed returned nil")
+	}
+}
+
+func TestBatchConnCloseReleasesABlockedWriter(t *testing.T) {
+	b, cc, _ := pipe(t)
+	if _, err := b.Write([]byte{1}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return cc.writes.Load() == 1 })
+	if _, err := b.Write(make([]byte, batchConnLimit)); err != nil {
+		t.Fatal(err)
+	}
+	returned := make(chan error, 1)
+	go func() {
+		_, err := b.Write([]byte{2})
+		returned <- err
+	}()
+	b.Close()
+	select {
+	case err := <-returned:
+		if err == nil {
+			t.Fatal("a write waiting when the connection closed returned nil")
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("Close left a writer waiting")
+	}
+	if _, err := b.Write([]byte{3}); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("write after Close = %v, want net.ErrClosed", err)
+	}
+}
+
+// waitFor polls cond until it holds, failing the test after a minute.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(time.Minute); !cond(); {
+		if time.Now().After(end) {
+			t.Fatal("condition not met within a minute")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
