@@ -102,3 +102,37 @@ type OutboxRelay interface {
 	// many it deleted.
 	PurgePublished(ctx context.Context, before time.Time) (int64, error)
 }
+
+// OutboxLocker is an OutboxRelay whose claims can hold their rows by a lock
+// instead of a lease column (the PostgreSQL store). ClaimLocked selects up
+// to n records as ClaimBatch does, FOR UPDATE SKIP LOCKED, and keeps the
+// transaction open: no other relay gets those rows while it lasts, and
+// nothing is written to claim them. The relay publishes the records, then
+// Finish writes every outcome and commits: one write per published row
+// instead of two. The lock is the lease: a relay that dies loses its
+// connection and with it the lock, so the rows are handed out again at
+// once; a relay that hangs is cut off by the database after lease without a
+// statement (idle_in_transaction_session_timeout), and its Finish then fails
+// with a *LeaseLostError naming every row of the batch.
+//
+// Relays claiming with ClaimLocked and with ClaimBatch can share one table:
+// each skips the rows the other holds.
+type OutboxLocker interface {
+	ClaimLocked(ctx context.Context, owner string, n int, lease time.Duration) (LockedBatch, error)
+}
+
+// LockedBatch is the open claim ClaimLocked returns; it is used by one
+// goroutine at a time.
+//
+// Records returns the batch's records (empty when nothing was pending: the
+// transaction is then already closed). Finish marks published those of
+// published, fails those of failed (as MarkFailed: an attempt counted, the
+// row released until the retry delay, stuck at the limit; stuck lists
+// them), leases the rest to the relay for the claim's lease (their outcome
+// is unknown: they are published again after it, as with ClaimBatch), and
+// commits. Abort rolls back: every row is pending again at once. After
+// either, the batch is closed and further calls do nothing.
+type LockedBatch = core.LockedBatch
+
+// FailedRecord is a record whose publish failed, and why.
+type FailedRecord = core.FailedRecord

@@ -2,6 +2,7 @@ package core
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -79,4 +80,18 @@ func CheckRecord(r OutboxRecord) error {
 		return fmt.Errorf("outbox record for exchange %.40q: exchange and routing key are limited to 255 bytes", r.Exchange)
 	}
 	return nil
+}
+
+// LockedBatch is a claim whose rows stay locked by an open database
+// transaction until Finish or Abort. See stores.LockedBatch.
+type LockedBatch interface {
+	Records() []OutboxRecord
+	Finish(ctx context.Context, published []int64, failed []FailedRecord) (stuck []int64, err error)
+	Abort()
+}
+
+// FailedRecord is a record whose publish failed, and why.
+type FailedRecord struct {
+	ID     int64
+	Reason string
 }

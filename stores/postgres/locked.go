@@ -1,0 +1,189 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/acemq/acemq-flow/stores/internal/core"
+)
+
+// lockedCols are the columns a locked claim reads: what the relay publishes
+// and reports. The others are known (not published, not stuck) or of no use
+// to it.
+const lockedCols = `id, exchange, routing_key, body, content_type, properties::text, created_at, attempts`
+
+// idleInTransactionTimeout is PostgreSQL's error code for a session it ended
+// because its transaction stayed idle too long.
+const idleInTransactionTimeout = "25P03"
+
+// ClaimLocked implements stores.OutboxLocker. The transaction begins, bounds
+// its own idle time by lease and selects the batch in one round trip, on a
+// connection the batch keeps until Finish or Abort.
+func (s *Store) ClaimLocked(ctx context.Context, owner string, n int, lease time.Duration) (core.LockedBatch, error) {
+	if owner == "" || n <= 0 || lease <= 0 {
+		return nil, fmt.Errorf("outbox claim batch: owner must be set and n %d and lease %s positive", n, lease)
+	}
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("outbox relay %q: claim batch: %w", owner, err)
+	}
+	b := &lockedBatch{s: s, conn: conn, owner: owner, lease: lease}
+	q := &pgx.Batch{}
+	q.Queue("BEGIN")
+	q.Queue("SELECT set_config('idle_in_transaction_session_timeout', $1, true)", strconv.FormatInt(max(lease.Milliseconds(), 1), 10))
+	q.Queue(`
+SELECT `+lockedCols+` FROM acemq_outbox
+WHERE published_at IS NULL AND stuck_at IS NULL AND (lease_until IS NULL OR lease_until <= $1)
+ORDER BY id LIMIT $2
+FOR UPDATE SKIP LOCKED`, s.opts.Now(), n).Query(func(rows pgx.Rows) error {
+		recs, err := pgx.CollectRows(rows, scanLocked)
+		b.recs = recs
+		return err
+	})
+	if err := conn.SendBatch(ctx, q).Close(); err != nil {
+		b.close(false)
+		return nil, fmt.Errorf("outbox relay %q: claim batch: %w", owner, err)
+	}
+	if len(b.recs) == 0 {
+		b.Abort()
+	}
+	return b, nil
+}
+
+func scanLocked(row pgx.CollectableRow) (core.OutboxRecord, error) {
+	var r core.OutboxRecord
+	var props string
+	var attempts int32
+	if err := row.Scan(&r.ID, &r.Exchange, &r.RoutingKey, &r.Body, &r.ContentType, &props, &r.CreatedAt, &attempts); err != nil {
+		return r, err
+	}
+	if r.Body == nil {
+		r.Body = []byte{}
+	}
+	p, err := core.DecodeProperties([]byte(props))
+	if err != nil {
+		return r, fmt.Errorf("outbox row %d: %w", r.ID, err)
+	}
+	r.Properties, r.Attempts = p, int(attempts)
+	return r, nil
+}
+
+// lockedBatch is a stores.LockedBatch: an open transaction on a connection
+// of the pool, holding the row locks of recs.
+type lockedBatch struct {
+	s     *Store
+	conn  *pgxpool.Conn // nil once closed
+	owner string
+	lease time.Duration
+	recs  []core.OutboxRecord
+}
+
+func (b *lockedBatch) Records() []core.OutboxRecord { return b.recs }
+
+// Finish writes the outcomes and commits in one round trip.
+func (b *lockedBatch) Finish(ctx context.Context, published []int64, failed []core.FailedRecord) ([]int64, error) {
+	if b.conn == nil {
+		return nil, nil
+	}
+	settled := make(map[int64]bool, len(published)+len(failed))
+	for _, id := range published {
+		settled[id] = true
+	}
+	failedIDs := make([]int64, len(failed))
+	reasons := make([]string, len(failed))
+	for i, f := range failed {
+		failedIDs[i], reasons[i] = f.ID, f.Reason
+		settled[f.ID] = true
+	}
+	var left []int64
+	for _, r := range b.recs {
+		if !settled[r.ID] {
+			left = append(left, r.ID)
+		}
+	}
+	now := b.s.opts.Now()
+	var stuck []int64
+	q := &pgx.Batch{}
+	if len(published) > 0 {
+		q.Queue(`UPDATE acemq_outbox SET published_at = $2, lease_owner = NULL, lease_until = NULL WHERE id = ANY($1)`, published, now)
+	}
+	if len(failed) > 0 {
+		q.Queue(`
+UPDATE acemq_outbox AS o SET
+    attempts = o.attempts + 1,
+    last_error = f.reason,
+    lease_owner = NULL,
+    lease_until = CASE WHEN o.attempts + 1 >= $3 THEN NULL ELSE $4::timestamptz END,
+    stuck_at = CASE WHEN o.attempts + 1 >= $3 THEN $5::timestamptz ELSE NULL END
+FROM unnest($1::bigint[], $2::text[]) AS f(id, reason)
+WHERE o.id = f.id
+RETURNING o.id, o.stuck_at IS NOT NULL`, failedIDs, reasons, b.s.opts.OutboxMaxAttempts, now.Add(b.s.opts.OutboxRetryDelay), now).Query(func(rows pgx.Rows) error {
+			var id int64
+			var isStuck bool
+			_, err := pgx.ForEachRow(rows, []any{&id, &isStuck}, func() error {
+				if isStuck {
+					stuck = append(stuck, id)
+				}
+				return nil
+			})
+			return err
+		})
+	}
+	if len(left) > 0 {
+		// Their outcome is unknown: lease them, as a claim by ClaimBatch
+		// would have, so that they are published again after the lease.
+		q.Queue(`UPDATE acemq_outbox SET lease_owner = $2, lease_until = $3 WHERE id = ANY($1)`, left, b.owner, now.Add(b.lease))
+	}
+	q.Queue("COMMIT")
+	err := b.conn.SendBatch(ctx, q).Close()
+	b.close(err == nil)
+	if err != nil {
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == idleInTransactionTimeout {
+			return nil, &core.LeaseLostError{Owner: b.owner, IDs: b.ids()}
+		}
+		return nil, fmt.Errorf("outbox relay %q: finish a batch of %d rows (they are pending again): %w", b.owner, len(b.recs), err)
+	}
+	return stuck, nil
+}
+
+// Abort rolls the batch back.
+func (b *lockedBatch) Abort() {
+	if b.conn == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := b.conn.Exec(ctx, "ROLLBACK")
+	b.close(err == nil)
+}
+
+// close returns the connection to the pool when its transaction ended
+// cleanly, and closes it otherwise, which ends the transaction.
+func (b *lockedBatch) close(clean bool) {
+	if b.conn == nil {
+		return
+	}
+	if !clean || b.conn.Conn().PgConn().TxStatus() != 'I' {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = b.conn.Conn().Close(ctx)
+		cancel()
+	}
+	b.conn.Release()
+	b.conn = nil
+}
+
+func (b *lockedBatch) ids() []int64 {
+	out := make([]int64, len(b.recs))
+	for i, r := range b.recs {
+		out[i] = r.ID
+	}
+	return out
+}
