@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -31,7 +32,10 @@ type RelayOptions struct {
 	Batch int
 	// Lease is how long claimed records stay with this relay; a relay that
 	// dies loses them after it and another relay publishes them. It must
-	// comfortably exceed the time a batch takes to publish. Default 15s.
+	// comfortably exceed the time a batch takes to publish. On a store that
+	// claims with locks (PostgreSQL) a batch is held by its transaction:
+	// a relay that dies releases it at once, and the database ends a
+	// transaction left idle for Lease. Default 15s.
 	Lease time.Duration
 	// Poll is how long the relay waits after a claim found fewer than Batch
 	// records. Default 200ms.
@@ -54,6 +58,14 @@ type relayStore interface {
 	MarkFailed(ctx context.Context, id int64, owner, reason string) (stuck bool, err error)
 }
 
+// relayLocker is an outbox whose claims hold their rows by a lock in an
+// open transaction (stores.OutboxLocker: PostgreSQL). The relay claims
+// through it when the store has it: one write per published row instead of
+// a lease write and a mark.
+type relayLocker interface {
+	ClaimLocked(ctx context.Context, owner string, n int, lease time.Duration) (stores.LockedBatch, error)
+}
+
 // relayPublisher is what the relay needs of a confirmed, mandatory
 // publisher (*broker.Publisher): done is called once with nil only when the
 // broker confirmed the message and routed it to a queue.
@@ -72,7 +84,7 @@ type RelayStats struct {
 	Published int64 // confirmed, routed and marked published
 	Failed    int64 // unroutable, nacked or unpublishable, marked failed
 	Stuck     int64 // of Failed, those that reached the attempt limit
-	Left      int64 // outcome unknown or not marked: published again after the lease
+	Left      int64 // outcome unknown or not marked: published again (after the lease, or at once when a held batch could not be finished)
 	LeaseLost int64 // marked too late: another relay had taken them over
 }
 
@@ -87,6 +99,13 @@ type RelayStats struct {
 // list --stuck`. A record whose outcome is unknown (the channel closed
 // before the confirm) is left: its lease expires and it is published again.
 //
+// On a store that claims with locks (stores.OutboxLocker: PostgreSQL) a
+// batch is held by an open transaction instead of a lease written to its
+// rows, and once its last record has an outcome, one commit writes them
+// all: one write per published row instead of two. At most
+// relayHeldBatches batches are held at once, each on a connection of the
+// store's pool.
+//
 // Publishing is at least once: a relay that dies between the confirm and the
 // mark leaves records that the next relay publishes again, with the same
 // message id, for idempotent consumers to absorb. Records are claimed oldest
@@ -96,14 +115,21 @@ type RelayStats struct {
 // Lifecycle: NewRelay allocates; Run relays until ctx ends. A Relay runs
 // once; Stats may be called at any time.
 type Relay struct {
-	store relayStore
-	pub   relayPublisher
-	opts  RelayOptions
-	log   *slog.Logger
+	store  relayStore
+	locker relayLocker // nil unless the store claims with locks
+	pub    relayPublisher
+	opts   RelayOptions
+	log    *slog.Logger
 
 	maxRows  int64        // records claimed and not yet settled, at most
 	inflight atomic.Int64 // records claimed and not yet settled
 	freed    chan struct{}
+
+	// With a locker: a slot per batch held open, and the batches not yet
+	// finishing (aborted if the relay stops before they complete).
+	heldSlots chan struct{}
+	heldMu    sync.Mutex
+	held      map[*heldBatch]struct{}
 
 	exMu     sync.Mutex
 	exSeenAt map[string]time.Time // exchanges found to exist, and when
@@ -116,6 +142,13 @@ const relayClaimers = 2
 
 // relayMarkers is how many marks a relay has in flight at once.
 const relayMarkers = 2
+
+// relayHeldBatches is how many batches a relay with a locker holds open at
+// once. Each holds a database connection until its records are settled;
+// the PostgreSQL pool has max(4, CPUs) by default (pool_max_conns in the
+// store URL raises it), and the relay in `run` shares it with the
+// idempotency store.
+const relayHeldBatches = 3
 
 // relayExchangeTTL is how long an exchange found to exist is trusted.
 const relayExchangeTTL = time.Minute
@@ -146,12 +179,15 @@ func NewRelay(store relayStore, pub relayPublisher, opts RelayOptions) (*Relay, 
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
+	locker, _ := store.(relayLocker)
 	return &Relay{
-		store: store, pub: pub, opts: opts,
-		log:      opts.Log.With("relay", opts.Owner),
-		maxRows:  int64(relayClaimers * 4 * opts.Batch),
-		freed:    make(chan struct{}, 1),
-		exSeenAt: map[string]time.Time{},
+		store: store, locker: locker, pub: pub, opts: opts,
+		log:       opts.Log.With("relay", opts.Owner),
+		maxRows:   int64(relayClaimers * 4 * opts.Batch),
+		freed:     make(chan struct{}, 1),
+		heldSlots: make(chan struct{}, relayHeldBatches),
+		held:      map[*heldBatch]struct{}{},
+		exSeenAt:  map[string]time.Time{},
 	}, nil
 }
 
@@ -207,8 +243,22 @@ func RunRelay(ctx context.Context, amqpURL string, store relayStore, opts RelayO
 
 // relayResult is the outcome of publishing one record.
 type relayResult struct {
-	rec *stores.OutboxRecord
-	err error
+	rec   *stores.OutboxRecord
+	err   error
+	batch *heldBatch // the locked batch rec belongs to, if any
+}
+
+// heldBatch gathers the outcomes of a locked batch's records until the last
+// one arrives; then Finish writes them all. Only the mark loop touches it
+// until then.
+type heldBatch struct {
+	lb        stores.LockedBatch
+	size      int
+	pending   int
+	published []int64
+	failed    []stores.FailedRecord
+	failures  []relayResult // the failed records, for the log
+	unknown   int64
 }
 
 // Run relays until ctx ends, then stops claiming, waits for the outcomes of
@@ -244,6 +294,14 @@ func (r *Relay) Run(ctx context.Context) error {
 	claimers.Wait()
 	total <- claimed.Load()
 	wg.Wait()
+	// Batches whose records were not all settled within the drain: roll
+	// them back, so that they are pending again at once.
+	r.heldMu.Lock()
+	for b := range r.held {
+		b.lb.Abort()
+		delete(r.held, b)
+	}
+	r.heldMu.Unlock()
 	st := r.Stats()
 	r.log.Info("relay stopped", "published", st.Published, "failed", st.Failed, "stuck", st.Stuck, "left", st.Left)
 	return nil
@@ -260,7 +318,7 @@ func (r *Relay) claimLoop(ctx, drainCtx context.Context, results chan<- relayRes
 		}
 		// Not cut short by ctx: a claim cancelled mid-statement may still
 		// commit, leaving records leased to nobody until the lease ends.
-		recs, err := r.store.ClaimBatch(drainCtx, r.opts.Owner, r.opts.Batch, r.opts.Lease)
+		recs, held, err := r.claim(ctx, drainCtx)
 		r.release(int(batch) - len(recs))
 		if err != nil {
 			if ctx.Err() != nil {
@@ -286,8 +344,8 @@ func (r *Relay) claimLoop(ctx, drainCtx context.Context, results chan<- relayRes
 			rec := &recs[i]
 			// The batch is leased: publish the rest of it even when ctx ends
 			// meanwhile, within the drain.
-			if err := r.publish(drainCtx, rec, checked, results); err != nil {
-				results <- relayResult{rec: rec, err: err}
+			if err := r.publish(drainCtx, rec, held, checked, results); err != nil {
+				results <- relayResult{rec: rec, err: err, batch: held}
 			}
 		}
 		if len(recs) < r.opts.Batch && !sleepFor(ctx, r.opts.Poll) {
@@ -297,9 +355,39 @@ func (r *Relay) claimLoop(ctx, drainCtx context.Context, results chan<- relayRes
 	return total
 }
 
+// claim takes the next batch: locked when the store has a locker (held is
+// then its batch, or nil when it is empty), leased otherwise. It returns
+// an error when ctx ended while it waited for a batch slot.
+func (r *Relay) claim(ctx, drainCtx context.Context) (recs []stores.OutboxRecord, held *heldBatch, err error) {
+	if r.locker == nil {
+		recs, err = r.store.ClaimBatch(drainCtx, r.opts.Owner, r.opts.Batch, r.opts.Lease)
+		return recs, nil, err
+	}
+	select {
+	case r.heldSlots <- struct{}{}:
+	case <-ctx.Done():
+		return nil, nil, ctx.Err()
+	}
+	lb, err := r.locker.ClaimLocked(drainCtx, r.opts.Owner, r.opts.Batch, r.opts.Lease)
+	if err != nil {
+		<-r.heldSlots
+		return nil, nil, err
+	}
+	recs = lb.Records()
+	if len(recs) == 0 {
+		<-r.heldSlots
+		return nil, nil, nil
+	}
+	held = &heldBatch{lb: lb, size: len(recs), pending: len(recs)}
+	r.heldMu.Lock()
+	r.held[held] = struct{}{}
+	r.heldMu.Unlock()
+	return recs, held, nil
+}
+
 // publish sends rec; the outcome arrives on results, unless publish returns
 // an error, which is then the outcome.
-func (r *Relay) publish(ctx context.Context, rec *stores.OutboxRecord, checked map[string]error, results chan<- relayResult) error {
+func (r *Relay) publish(ctx context.Context, rec *stores.OutboxRecord, held *heldBatch, checked map[string]error, results chan<- relayResult) error {
 	if err, ok := checked[rec.Exchange]; ok {
 		if err != nil {
 			return err
@@ -315,7 +403,7 @@ func (r *Relay) publish(ctx context.Context, rec *stores.OutboxRecord, checked m
 	if err != nil {
 		return err
 	}
-	return r.pub.PublishFunc(ctx, msg, func(err error) { results <- relayResult{rec: rec, err: err} })
+	return r.pub.PublishFunc(ctx, msg, func(err error) { results <- relayResult{rec: rec, err: err, batch: held} })
 }
 
 // missingExchangeError is the failure of a record whose exchange does not
@@ -362,13 +450,15 @@ func (r *Relay) markLoop(ctx, drainCtx context.Context, results <-chan relayResu
 	want := int64(-1)
 	var ok []*stores.OutboxRecord
 	slots := make(chan struct{}, relayMarkers)
-	marked := make(chan int, relayMarkers)
+	// Room for every mark and every batch finish that can be under way, so
+	// that none blocks reporting back after this loop returned.
+	marked := make(chan int, relayMarkers+relayHeldBatches)
 	var marks sync.WaitGroup
 	defer marks.Wait()
 	for want < 0 || settled < want {
 		select {
 		case res := <-results:
-			settled += r.settle(drainCtx, res, &ok)
+			settled += r.settleAny(drainCtx, res, &ok, &inMarks, &marks, marked)
 		case n := <-marked:
 			settled += int64(n)
 			inMarks -= int64(n)
@@ -384,7 +474,7 @@ func (r *Relay) markLoop(ctx, drainCtx context.Context, results <-chan relayResu
 		for more := true; more; {
 			select {
 			case res := <-results:
-				settled += r.settle(drainCtx, res, &ok)
+				settled += r.settleAny(drainCtx, res, &ok, &inMarks, &marks, marked)
 			default:
 				more = false
 			}
@@ -409,6 +499,70 @@ func (r *Relay) markLoop(ctx, drainCtx context.Context, results <-chan relayResu
 	}
 }
 
+// settleAny settles a result of either kind of claim.
+func (r *Relay) settleAny(drainCtx context.Context, res relayResult, ok *[]*stores.OutboxRecord, inMarks *int64, marks *sync.WaitGroup, marked chan<- int) int64 {
+	if res.batch == nil {
+		return r.settle(drainCtx, res, ok)
+	}
+	b := res.batch
+	switch {
+	case res.err == nil:
+		b.published = append(b.published, res.rec.ID)
+	case leaveForLease(res.err):
+		r.unknownOutcome(res.rec, res.err)
+		b.unknown++
+	default:
+		b.failed = append(b.failed, stores.FailedRecord{ID: res.rec.ID, Reason: res.err.Error()})
+		b.failures = append(b.failures, res)
+	}
+	if b.pending--; b.pending > 0 {
+		return 0
+	}
+	r.heldMu.Lock()
+	delete(r.held, b)
+	r.heldMu.Unlock()
+	*inMarks += int64(b.size)
+	marks.Go(func() {
+		r.finish(drainCtx, b)
+		r.release(b.size)
+		<-r.heldSlots
+		marked <- b.size
+	})
+	return 0
+}
+
+// finish writes a locked batch's outcomes and commits.
+func (r *Relay) finish(ctx context.Context, b *heldBatch) {
+	stuck, err := b.lb.Finish(ctx, b.published, b.failed)
+	var lost *stores.LeaseLostError
+	switch {
+	case errors.As(err, &lost):
+		r.leaseLost.Add(int64(b.size))
+		r.log.Warn("outbox batch held past its lease; the database ended it and its records are published again", "records", b.size, "error", err)
+		return
+	case err != nil:
+		r.left.Add(int64(b.size))
+		r.log.Error("outbox batch published but not marked; its records are pending again and published again", "records", b.size, "error", err)
+		return
+	}
+	r.published.Add(int64(len(b.published)))
+	r.left.Add(b.unknown)
+	for _, f := range b.failures {
+		r.reportFailed(f.rec, f.err, slices.Contains(stuck, f.rec.ID), nil)
+	}
+}
+
+// unknownOutcome notes a record published without a verdict.
+func (r *Relay) unknownOutcome(rec *stores.OutboxRecord, err error) {
+	if broker.ReplyCode(err) == amqp.NotFound {
+		// An exchange vanished since it was checked: ask again.
+		r.exMu.Lock()
+		clear(r.exSeenAt)
+		r.exMu.Unlock()
+	}
+	r.log.Debug("outbox record outcome unknown; published again after its lease", "outbox_id", rec.ID, "message_id", rec.Properties.MessageID, "error", err)
+}
+
 // settle handles one result and returns 1 when it is settled now, 0 when it
 // joins ok to be marked published.
 func (r *Relay) settle(drainCtx context.Context, res relayResult, ok *[]*stores.OutboxRecord) int64 {
@@ -419,17 +573,19 @@ func (r *Relay) settle(drainCtx context.Context, res relayResult, ok *[]*stores.
 	}
 	defer r.release(1)
 	if leaveForLease(err) {
-		if broker.ReplyCode(err) == amqp.NotFound {
-			// An exchange vanished since it was checked: ask again.
-			r.exMu.Lock()
-			clear(r.exSeenAt)
-			r.exMu.Unlock()
-		}
+		r.unknownOutcome(rec, err)
 		r.left.Add(1)
-		r.log.Debug("outbox record outcome unknown; published again after its lease", "outbox_id", rec.ID, "message_id", rec.Properties.MessageID, "error", err)
 		return 1
 	}
 	stuck, merr := r.store.MarkFailed(drainCtx, rec.ID, r.opts.Owner, err.Error())
+	r.reportFailed(rec, err, stuck, merr)
+	return 1
+}
+
+// reportFailed counts and logs a record whose publish failed with err, once
+// the store recorded it (stuck: it reached the attempt limit) or failed to
+// (merr).
+func (r *Relay) reportFailed(rec *stores.OutboxRecord, err error, stuck bool, merr error) {
 	attrs := []any{"outbox_id", rec.ID, "exchange", rec.Exchange, "routing_key", rec.RoutingKey,
 		"message_id", rec.Properties.MessageID, "attempt", rec.Attempts + 1, "error", err}
 	switch {
@@ -447,7 +603,6 @@ func (r *Relay) settle(drainCtx context.Context, res relayResult, ok *[]*stores.
 		r.failed.Add(1)
 		r.log.Warn("outbox record not published; retried later", attrs...)
 	}
-	return 1
 }
 
 // leaveForLease reports whether a publish failed without a verdict on the

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -175,6 +176,54 @@ type watchedStore struct {
 
 func watch(s relayStore) *watchedStore {
 	return &watchedStore{relayStore: s, claimed: make(chan int, 10000), marked: make(chan []int64, 10000), failed: make(chan bool, 10000)}
+}
+
+// lockWatchedStore is a watchedStore over a store that claims with locks:
+// each finished batch reports what ClaimBatch, MarkPublished and MarkFailed
+// report in the leased protocol, and beforeMark runs before each Finish (an
+// error it returns aborts the batch instead).
+type lockWatchedStore struct {
+	*watchedStore
+	locker relayLocker
+}
+
+// watchLocked watches s, which must claim with locks.
+func watchLocked(s relayStore) *lockWatchedStore {
+	return &lockWatchedStore{watchedStore: watch(s), locker: s.(relayLocker)}
+}
+
+func (w *lockWatchedStore) ClaimLocked(ctx context.Context, owner string, n int, lease time.Duration) (stores.LockedBatch, error) {
+	lb, err := w.locker.ClaimLocked(ctx, owner, n, lease)
+	if err != nil {
+		return nil, err
+	}
+	w.claimed <- len(lb.Records())
+	return &watchedBatch{LockedBatch: lb, w: w.watchedStore}, nil
+}
+
+type watchedBatch struct {
+	stores.LockedBatch
+	w *watchedStore
+}
+
+func (b *watchedBatch) Finish(ctx context.Context, published []int64, failed []stores.FailedRecord) ([]int64, error) {
+	if b.w.beforeMark != nil {
+		if err := b.w.beforeMark(published); err != nil {
+			b.Abort()
+			return nil, err
+		}
+	}
+	stuck, err := b.LockedBatch.Finish(ctx, published, failed)
+	if err != nil {
+		return nil, err
+	}
+	if len(published) > 0 {
+		b.w.marked <- published
+	}
+	for _, f := range failed {
+		b.w.failed <- slices.Contains(stuck, f.ID)
+	}
+	return stuck, nil
 }
 
 func (w *watchedStore) ClaimBatch(ctx context.Context, owner string, n int, lease time.Duration) ([]stores.OutboxRecord, error) {
@@ -395,16 +444,34 @@ func TestRelayPublishesBytesUnchangedAndMarksOnlyAfterConfirm(t *testing.T) {
 	}
 }
 
+// TestRelayUnroutableRecordBecomesStuck runs on a store that leases
+// (SQLite) and on one that claims with locks (PostgreSQL).
 func TestRelayUnroutableRecordBecomesStuck(t *testing.T) {
-	e := newRelayEnv(t)
-	x := e.exchange("orders") // nothing bound
 	const limit = 3
-	st := storetest.OpenSQLite(t, stores.Options{OutboxMaxAttempts: limit, OutboxRetryDelay: time.Millisecond})
-	addSQLite(t, st, stores.OutboxRecord{Exchange: x, RoutingKey: "order.placed", Body: []byte(`{}`),
-		Properties: stores.Properties{MessageID: "o-1"}})
+	opts := stores.Options{OutboxMaxAttempts: limit, OutboxRetryDelay: time.Millisecond}
+	rec := func(x string) stores.OutboxRecord {
+		return stores.OutboxRecord{Exchange: x, RoutingKey: "order.placed", Body: []byte(`{}`), Properties: stores.Properties{MessageID: "o-1"}}
+	}
+	t.Run("leased", func(t *testing.T) {
+		e := newRelayEnv(t)
+		x := e.exchange("orders") // nothing bound
+		st := storetest.OpenSQLite(t, opts)
+		addSQLite(t, st, rec(x))
+		ws := watch(st)
+		unroutableBecomesStuck(t, e, st, ws, ws, limit)
+	})
+	t.Run("locked", func(t *testing.T) {
+		e := newRelayEnv(t)
+		x := e.exchange("orders")
+		st := storetest.OpenPostgres(t, opts)
+		addPostgres(t, st, rec(x))
+		lw := watchLocked(st)
+		unroutableBecomesStuck(t, e, st, lw, lw.watchedStore, limit)
+	})
+}
 
-	ws := watch(st)
-	r, err := NewRelay(ws, e.publisher("relay"), RelayOptions{Poll: 5 * time.Millisecond, Exchanges: e.topo, Log: e.log})
+func unroutableBecomesStuck(t *testing.T, e *relayEnv, st stores.OutboxRelay, rs relayStore, ws *watchedStore, limit int) {
+	r, err := NewRelay(rs, e.publisher("relay"), RelayOptions{Poll: 5 * time.Millisecond, Exchanges: e.topo, Log: e.log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -448,7 +515,7 @@ func TestRelayUnroutableRecordBecomesStuck(t *testing.T) {
 	if pending, _ := st.ListPending(t.Context(), 0); len(pending) != 0 {
 		t.Errorf("ListPending = %d records, want 0 (stuck records are listed apart)", len(pending))
 	}
-	if s := r.Stats(); s.Published != 0 || s.Failed != limit || s.Stuck != 1 {
+	if s := r.Stats(); s.Published != 0 || s.Failed != int64(limit) || s.Stuck != 1 {
 		t.Errorf("Stats() = %+v, want 0 published, %d failed, 1 stuck", s, limit)
 	}
 }
@@ -484,7 +551,14 @@ func TestRelayMissingExchangeFailsOnlyItsRecord(t *testing.T) {
 // store pool and broker connection, on one PostgreSQL outbox. In a steady
 // state (no relay dies, no lease expires) every record is published exactly
 // once.
+// TestRelayTwoRelaysNeverPublishARowTwice runs two relays on one
+// PostgreSQL outbox, both leasing rows or both holding them by locks.
 func TestRelayTwoRelaysNeverPublishARowTwice(t *testing.T) {
+	t.Run("leased", func(t *testing.T) { twoRelays(t, false) })
+	t.Run("locked", func(t *testing.T) { twoRelays(t, true) })
+}
+
+func twoRelays(t *testing.T, locked bool) {
 	e := newRelayEnv(t)
 	q := e.queue("out")
 	u := testenv.PostgresSchema(t)
@@ -500,9 +574,17 @@ func TestRelayTwoRelaysNeverPublishARowTwice(t *testing.T) {
 	var relays []*Relay
 	var stops []func()
 	for i, s := range []*postgres.Store{sa, sb} {
-		ws := watch(s)
+		var ws *watchedStore
+		var rs relayStore
+		if locked {
+			lw := watchLocked(s)
+			ws, rs = lw.watchedStore, lw
+		} else {
+			ws = watch(s)
+			rs = ws
+		}
 		ws.marked = marked
-		r, err := NewRelay(ws, e.publisher(fmt.Sprint("relay-", i)), RelayOptions{Batch: 50, Poll: 5 * time.Millisecond, Log: e.log})
+		r, err := NewRelay(rs, e.publisher(fmt.Sprint("relay-", i)), RelayOptions{Batch: 50, Poll: 5 * time.Millisecond, Log: e.log})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -625,6 +707,93 @@ func TestRelayKilledMidBatchIsTakenOverAfterLease(t *testing.T) {
 	}
 }
 
+// TestRelayLockedBatchHeldPastItsLeaseIsTakenOver hangs a relay that holds
+// its batch by locks just before it finishes the batch. While its
+// transaction lasts a second relay gets none of those rows; once the
+// database ends the idle transaction after the lease, the second relay
+// publishes them all, and the first relay's finish is refused as a lost
+// lease: every record arrives, none is marked twice.
+func TestRelayLockedBatchHeldPastItsLeaseIsTakenOver(t *testing.T) {
+	e := newRelayEnv(t)
+	q := e.queue("out")
+	dels := e.consume(q)
+	st := storetest.OpenPostgres(t, stores.Options{})
+	const n, lease = 30, 2 * time.Second
+	addPostgres(t, st, records(n, q)...)
+
+	hung := &claimOnce{lockWatchedStore: watchLocked(st)}
+	hanging, release := make(chan []int64, 1), make(chan struct{})
+	hung.beforeMark = func(ids []int64) error {
+		hanging <- ids
+		<-release
+		return nil
+	}
+	first, err := NewRelay(hung, e.publisher("first"), RelayOptions{Owner: "first", Batch: n, Lease: lease, Poll: 5 * time.Millisecond, Log: e.log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopFirst := runRelay(t, first)
+	defer close(release)
+	select {
+	case ids := <-hanging:
+		if len(ids) != n {
+			t.Fatalf("the first relay published %d records before it hung, want all %d", len(ids), n)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the first relay did not publish its batch within 30s")
+	}
+
+	second := watchLocked(st)
+	r2, err := NewRelay(second, e.publisher("second"), RelayOptions{Owner: "second", Lease: time.Minute, Poll: 5 * time.Millisecond, Log: e.log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	runRelay(t, r2)
+	// The first claims come well within the lease: the rows are locked.
+	for range 3 {
+		if c := nextClaim(t, second.watchedStore); c != 0 && time.Since(start) < lease {
+			t.Fatalf("the second relay claimed %d rows the first relay holds", c)
+		}
+	}
+	waitMarked(t, second.marked, n)
+	release <- struct{}{}
+	stopFirst()
+	if s := first.Stats(); s.Published != 0 || s.LeaseLost != n {
+		t.Errorf("hung relay: %+v; want nothing published by it and its %d records' lease lost", s, n)
+	}
+	if s := r2.Stats(); s.Published != n {
+		t.Errorf("second relay: %+v; want %d published", s, n)
+	}
+	seen := map[string]int{}
+	timeout := time.After(30 * time.Second)
+	for len(seen) < n || seen["o-0"] < 2 {
+		select {
+		case d := <-dels:
+			seen[d.MessageId]++
+		case <-timeout:
+			t.Fatalf("%d of %d records arrived within 30s (o-0: %d times, want 2)", len(seen), n, seen["o-0"])
+		}
+	}
+	if pending, _ := st.ListPending(t.Context(), 0); len(pending) != 0 {
+		t.Errorf("after the takeover %d records pending, want 0", len(pending))
+	}
+}
+
+// claimOnce claims one batch, then refuses every claim, as a relay that
+// hangs does.
+type claimOnce struct {
+	*lockWatchedStore
+	done atomic.Bool
+}
+
+func (c *claimOnce) ClaimLocked(ctx context.Context, owner string, n int, lease time.Duration) (stores.LockedBatch, error) {
+	if c.done.Swap(true) {
+		return nil, errors.New("the relay hangs")
+	}
+	return c.lockWatchedStore.ClaimLocked(ctx, owner, n, lease)
+}
+
 func TestRelayHeaderValues(t *testing.T) {
 	cases := []struct {
 		name string
@@ -719,8 +888,16 @@ func BenchmarkRelay(b *testing.B) {
 		raw = append(raw, rawPublish(b, url, ns, q, body, n, window))
 		purge()
 		add(recs)
-		ws := watch(store)
-		r, err := NewRelay(ws, pub, RelayOptions{})
+		var ws *watchedStore
+		var rs relayStore
+		if _, ok := store.(relayLocker); ok {
+			lw := watchLocked(store)
+			ws, rs = lw.watchedStore, lw
+		} else {
+			ws = watch(store)
+			rs = ws
+		}
+		r, err := NewRelay(rs, pub, RelayOptions{})
 		if err != nil {
 			b.Fatal(err)
 		}
