@@ -26,7 +26,9 @@ it is stuck: listed by ` + "`acemq-flow outbox list --stuck`" + `, never publish
 deleted. When fewer than --batch records are waiting the relay polls every
 --poll. Any number of relays may share a store; a relay that dies loses its
 lease and another publishes its records (at least once: consumers
-deduplicate on the message id).
+deduplicate on the message id). On PostgreSQL the lease is the row lock of
+the relay's open transaction: a relay that dies releases it at once, and one
+that hangs is cut off by the database after --lease.
 
 SIGTERM or SIGINT stops claiming and waits, up to one lease, for the records
 in flight to be confirmed and marked.

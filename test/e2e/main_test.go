@@ -62,8 +62,14 @@ func startRuntime(t *testing.T, url string, args ...string) *runtimeProc {
 
 func launch(t *testing.T, url string, args ...string) *runtimeProc {
 	t.Helper()
-	full := append([]string{"run", "--amqp", url, "--admin", "", "--log-level", "debug"}, args...)
-	cmd := exec.Command(binary, full...)
+	return launchCommand(t, append([]string{"run", "--amqp", url, "--admin", "", "--log-level", "debug"}, args...)...)
+}
+
+// launchCommand starts the binary with args (any command) as a child
+// process, killed when the test ends.
+func launchCommand(t *testing.T, args ...string) *runtimeProc {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
 	cmd.Dir = repo
 	cmd.Env = append(os.Environ(), "LOG_LEVEL=info")
 	stderr, err := cmd.StderrPipe()

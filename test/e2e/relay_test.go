@@ -2,12 +2,18 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	amqp "github.com/rabbitmq/amqp091-go"
+
 	"github.com/acemq/acemq-flow/stores"
 	"github.com/acemq/acemq-flow/stores/sqlite"
+	"github.com/acemq/acemq-flow/stores/storetest"
 	"github.com/acemq/acemq-flow/test/testenv"
 )
 
@@ -75,5 +81,88 @@ func TestRunWithRelayPublishesTheOutboxBytesUnchanged(t *testing.T) {
 	q, err := ch.QueueDeclarePassive("orders.placed", true, false, false, false, nil)
 	if err != nil || q.Messages != 0 {
 		t.Errorf("orders.placed holds %d more messages (err %v); the rolled-back record must never be sent", q.Messages, err)
+	}
+}
+
+// TestKill9RelayMidBatchLosesNothing kills `acemq-flow relay` on PostgreSQL
+// with SIGKILL while it is publishing, then starts another: every record
+// arrives at least once and none stays pending. The killed relay's held
+// batches are released with its connection, so the second relay takes them
+// at once, well within the minute-long lease.
+func TestKill9RelayMidBatchLosesNothing(t *testing.T) {
+	url := testenv.VHost(t)
+	ch := dial(t, url)
+	const queue, n = "orders.placed", 20000
+	if _, err := ch.QueueDeclare(queue, true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
+		t.Fatal(err)
+	}
+	storeURL := testenv.PostgresSchema(t)
+	st := storetest.OpenPostgresURL(t, storeURL, stores.Options{})
+	ctx := context.Background()
+	if err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	err := pgx.BeginFunc(ctx, st.Pool(), func(tx pgx.Tx) error {
+		for i := range n {
+			if _, err := st.Outbox().Add(ctx, tx, stores.OutboxRecord{RoutingKey: queue, Body: fmt.Appendf(nil, `{"order":%d}`, i),
+				ContentType: "application/json", Properties: stores.Properties{MessageID: fmt.Sprint("o-", i)}}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	relay := func() *runtimeProc {
+		return launchCommand(t, "relay", "--store", storeURL, "--amqp", url, "--lease", "1m", "--poll", "10ms", "--log-level", "debug")
+	}
+	first := relay()
+	testenv.Eventually(t, 60*time.Second, func() error {
+		q, err := ch.QueueDeclarePassive(queue, true, false, false, false, amqp.Table{"x-queue-type": "quorum"})
+		if err != nil || q.Messages == 0 {
+			return testenv.Errorf("the first relay has published nothing yet (%v)", err)
+		}
+		return nil
+	})
+	first.stop(t, syscall.SIGKILL)
+	pending, err := st.ListPending(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pending) == 0 {
+		t.Fatalf("the first relay finished all %d records before it was killed; the test needs more records", n)
+	}
+	t.Logf("killed with %d of %d records pending", len(pending), n)
+
+	start := time.Now()
+	second := relay()
+	testenv.Eventually(t, 30*time.Second, func() error {
+		pending, err := st.ListPending(ctx, 0)
+		if err != nil || len(pending) != 0 {
+			return testenv.Errorf("%d records pending (%v)", len(pending), err)
+		}
+		return nil
+	})
+	if d := time.Since(start); d >= time.Minute {
+		t.Errorf("the second relay took %s: the killed relay's batches waited for their lease", d)
+	}
+	if err := second.stop(t, syscall.SIGTERM); err != nil {
+		t.Errorf("relay after SIGTERM: %v\n%s", err, second.output())
+	}
+
+	seen := map[string]bool{}
+	dels, err := ch.Consume(queue, "", true, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	timeout := time.After(60 * time.Second)
+	for len(seen) < n {
+		select {
+		case d := <-dels:
+			seen[d.MessageId] = true
+		case <-timeout:
+			t.Fatalf("%d of %d records arrived within 60s", len(seen), n)
+		}
 	}
 }
