@@ -31,8 +31,9 @@
 //     takes a pgx.Tx, (*sqlite.Store).Outbox a *sql.Tx,
 //     (*memory.Store).Outbox a *memory.Tx. Never a pool.
 //  5. The relay uses the OutboxRelay methods of the Set: ClaimBatch,
-//     MarkPublished, MarkFailed; `outbox list [--stuck]` uses ListPending
-//     and ListStuck.
+//     MarkPublished, MarkFailed — or, on a Set that is also an
+//     OutboxLocker (PostgreSQL), ClaimLocked and the batch's Finish;
+//     `outbox list [--stuck]` uses ListPending and ListStuck.
 //  6. Close.
 //
 // The protocols — who calls what when, and what each error means — are
