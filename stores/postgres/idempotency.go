@@ -24,7 +24,10 @@ func (s *Store) TryClaim(ctx context.Context, r core.ClaimRequest) (core.Claim, 
 // deadlock. The row found is read from the statement's snapshot: a row that
 // a concurrent transaction committed after the snapshot was taken makes the
 // INSERT skip the key yet is not visible to the join, and comes back with
-// neither a token nor a state; those are looked up again.
+// neither a token nor a state; those are looked up again. The row is looked
+// up per key (LATERAL ... LIMIT 1), through the primary key: a plain join
+// leaves the planner free to read the whole table, which it does on tables
+// of some thousands of rows (plan_test.go).
 const claimSQL = `
 WITH input AS (
     SELECT k.key, k.owner, k.expires_at
@@ -42,7 +45,11 @@ WITH input AS (
 SELECT input.key, claimed.token, cur.state, cur.owner, cur.expires_at
 FROM input
 LEFT JOIN claimed ON claimed.key = input.key
-LEFT JOIN acemq_idempotency AS cur ON claimed.key IS NULL AND cur.key = input.key`
+LEFT JOIN LATERAL (
+    SELECT c.state, c.owner, c.expires_at FROM acemq_idempotency AS c
+    WHERE claimed.key IS NULL AND c.key = input.key
+    LIMIT 1
+) AS cur ON true`
 
 const lookSQL = `SELECT key, state, owner, expires_at FROM acemq_idempotency WHERE key = ANY($1)`
 
@@ -180,21 +187,26 @@ func (s *Store) Confirm(ctx context.Context, key string, token core.Token) error
 // confirmSQL locks the rows it confirms in key order first, so that two
 // batches confirming overlapping keys (possible after a takeover) wait for
 // each other instead of deadlocking: an UPDATE ... FROM locks rows in
-// whatever order its join produces them.
+// whatever order its join produces them. Each row is locked by its own
+// primary-key lookup, walking the keys sorted, and then updated by the
+// physical address the lock returned (ctid, stable while the row is locked),
+// so that neither step can become a read of the whole table (plan_test.go).
 const confirmSQL = `
 WITH c AS (
     SELECT DISTINCT key, token FROM unnest($1::text[], $2::bigint[]) AS c(key, token)
-), locked AS (
-    SELECT i.key FROM acemq_idempotency AS i JOIN c ON i.key = c.key AND i.token = c.token
-    ORDER BY i.key
-    FOR UPDATE OF i
+), locked AS MATERIALIZED (
+    SELECT l.tid FROM (SELECT key, token FROM c ORDER BY key) AS o
+    CROSS JOIN LATERAL (
+        SELECT i.ctid AS tid FROM acemq_idempotency AS i
+        WHERE i.key = o.key AND i.token = o.token
+        FOR UPDATE
+    ) AS l
 )
 UPDATE acemq_idempotency AS i SET
     confirmed_at = coalesce(i.confirmed_at, $3),
     expires_at = CASE WHEN i.state = 'claimed' THEN $4 ELSE i.expires_at END,
     state = 'confirmed'
-FROM c
-WHERE i.key = c.key AND i.token = c.token AND i.key IN (SELECT key FROM locked)
+WHERE i.ctid = ANY(ARRAY(SELECT tid FROM locked))
 RETURNING i.key, i.token`
 
 // ConfirmBatch implements stores.Idempotency: one statement, plus a look-up
