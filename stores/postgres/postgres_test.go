@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -159,5 +160,53 @@ func TestOpenNeverShowsThePassword(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), "s3cret-canary") {
 		t.Fatalf("Open error shows the password: %v", err)
+	}
+}
+
+// TestConfirmWaitingForTheSameConfirmSucceeds confirms a claim while another
+// confirm of the same claim holds its row: the second waits, then finds the
+// row confirmed with its own token, which counts as done (confirming again
+// with the same token succeeds), not as a claim taken over.
+func TestConfirmWaitingForTheSameConfirmSucceeds(t *testing.T) {
+	ctx := t.Context()
+	s := storetest.OpenPostgres(t, stores.Options{})
+	c, err := s.TryClaim(ctx, stores.ClaimRequest{Key: "k"})
+	if err != nil || c.State != stores.Claimed {
+		t.Fatalf("TryClaim = %+v, %v", c, err)
+	}
+	first, err := s.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Rollback(context.Background())
+	var firstPID int
+	if err := first.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&firstPID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := first.Exec(ctx, `UPDATE acemq_idempotency SET state = 'confirmed', confirmed_at = now(), expires_at = now() + interval '1 hour' WHERE key = 'k'`); err != nil {
+		t.Fatal(err)
+	}
+	second := make(chan error, 1)
+	go func() { second <- s.Confirm(ctx, "k", c.Token) }()
+	testenv.Eventually(t, 30*time.Second, func() error {
+		var waiting int
+		if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, firstPID).Scan(&waiting); err != nil {
+			return err
+		}
+		if waiting == 0 {
+			return errors.New("the second confirm is not waiting for the first one's row lock yet")
+		}
+		return nil
+	})
+	if err := first.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-second:
+		if err != nil {
+			t.Fatalf("Confirm after the same claim was confirmed meanwhile = %v, want nil", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the second confirm did not return within 30s of the first one's commit")
 	}
 }
