@@ -146,8 +146,7 @@ const relayMarkers = 2
 // relayHeldBatches is how many batches a relay with a locker holds open at
 // once. Each holds a database connection until its records are settled;
 // the PostgreSQL pool has max(4, CPUs) by default (pool_max_conns in the
-// store URL raises it), and the relay in `run` shares it with the
-// idempotency store.
+// store URL raises it). `run --relay` gives the relay a pool of its own.
 const relayHeldBatches = 3
 
 // relayExchangeTTL is how long an exchange found to exist is trusted.
@@ -450,11 +449,21 @@ func (r *Relay) markLoop(ctx, drainCtx context.Context, results <-chan relayResu
 	want := int64(-1)
 	var ok []*stores.OutboxRecord
 	slots := make(chan struct{}, relayMarkers)
-	// Room for every mark and every batch finish that can be under way, so
-	// that none blocks reporting back after this loop returned.
 	marked := make(chan int, relayMarkers+relayHeldBatches)
 	var marks sync.WaitGroup
-	defer marks.Wait()
+	defer func() {
+		// A mark or finish frees its slot before it reports, so more of them
+		// can be reporting than marked holds: keep reading until all ended.
+		ended := make(chan struct{})
+		go func() { marks.Wait(); close(ended) }()
+		for {
+			select {
+			case <-marked:
+			case <-ended:
+				return
+			}
+		}
+	}()
 	for want < 0 || settled < want {
 		select {
 		case res := <-results:

@@ -166,3 +166,41 @@ func TestKill9RelayMidBatchLosesNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestRunWithRelayOnPostgres runs `run --relay` on a PostgreSQL store, where
+// the relay takes a connection pool of its own: a committed record arrives
+// and is marked published.
+func TestRunWithRelayOnPostgres(t *testing.T) {
+	url := testenv.VHost(t)
+	ch := dial(t, url)
+	if _, err := ch.QueueDeclare("orders.placed", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	storeURL := testenv.PostgresSchema(t)
+	st := storetest.OpenPostgresURL(t, storeURL, stores.Options{})
+	ctx := context.Background()
+	if err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	body := []byte(`{"order":"o-1"}`)
+	err := pgx.BeginFunc(ctx, st.Pool(), func(tx pgx.Tx) error {
+		_, err := st.Outbox().Add(ctx, tx, stores.OutboxRecord{RoutingKey: "orders.placed", Body: body,
+			ContentType: "application/json", Properties: stores.Properties{MessageID: "o-1"}})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	startRuntime(t, url, "--relay", "--store", storeURL, writeFlow(t, threeSteps))
+	m := getOne(t, ch, "orders.placed", 30*time.Second)
+	if m.MessageId != "o-1" || string(m.Body) != string(body) {
+		t.Errorf("relayed %q %q, want the record's id and bytes", m.MessageId, m.Body)
+	}
+	testenv.Eventually(t, 30*time.Second, func() error {
+		pending, err := st.ListPending(ctx, 0)
+		if err != nil || len(pending) != 0 {
+			return testenv.Errorf("%d records pending (%v)", len(pending), err)
+		}
+		return nil
+	})
+}
