@@ -3,6 +3,7 @@ package broker
 import (
 	"net"
 	"sync"
+	"time"
 )
 
 // batchConnLimit is how many bytes may wait for the socket before a write
@@ -21,19 +22,24 @@ const batchConnLimit = 256 << 10
 //
 // A failed write closes the connection, so its reader fails and the
 // connection shuts down as with any broken socket; the error is also
-// returned by the next Write. Reads and deadlines go to the socket as they
-// are.
+// returned by the next Write. Close first writes what is waiting (the
+// broker's close-ok, a TLS close alert), for at most batchConnLinger. Reads
+// and deadlines go to the socket as they are.
 type batchConn struct {
 	net.Conn
 
 	mu      sync.Mutex
 	pending []byte
 	spare   []byte
-	err     error     // the first write failure, or net.ErrClosed after Close
+	closing bool      // Close was called: write what is pending, then stop
+	err     error     // the first write failure
 	wake    sync.Cond // signalled when pending grows, or on Close
 	room    sync.Cond // signalled when pending was taken, or on failure
 	done    chan struct{}
 }
+
+// batchConnLinger bounds how long Close spends writing what is waiting.
+const batchConnLinger = time.Second
 
 func newBatchConn(c net.Conn) *batchConn {
 	b := &batchConn{Conn: c, done: make(chan struct{})}
@@ -47,8 +53,11 @@ func newBatchConn(c net.Conn) *batchConn {
 func (b *batchConn) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for b.err == nil && len(b.pending) > 0 && len(b.pending)+len(p) > batchConnLimit {
+	for b.err == nil && !b.closing && len(b.pending) > 0 && len(b.pending)+len(p) > batchConnLimit {
 		b.room.Wait()
+	}
+	if b.closing {
+		return 0, net.ErrClosed
 	}
 	if b.err != nil {
 		return 0, b.err
@@ -62,10 +71,12 @@ func (b *batchConn) loop() {
 	defer close(b.done)
 	b.mu.Lock()
 	for {
-		for b.err == nil && len(b.pending) == 0 {
+		for b.err == nil && !b.closing && len(b.pending) == 0 {
 			b.wake.Wait()
 		}
-		if b.err != nil {
+		if b.err != nil || len(b.pending) == 0 {
+			// Failed, or closing with everything written.
+			b.room.Broadcast()
 			b.mu.Unlock()
 			return
 		}
@@ -88,17 +99,16 @@ func (b *batchConn) loop() {
 	}
 }
 
-// Close stops the writer, dropping what it had not written (as closing a
-// socket does), and closes the connection.
+// Close takes no more writes, lets the writer send what is waiting for at
+// most batchConnLinger (a socket the peer no longer reads fails the write at
+// that deadline), then closes the connection.
 func (b *batchConn) Close() error {
 	b.mu.Lock()
-	if b.err == nil {
-		b.err = net.ErrClosed
-	}
+	b.closing = true
 	b.wake.Signal()
 	b.room.Broadcast()
 	b.mu.Unlock()
-	err := b.Conn.Close()
+	_ = b.Conn.SetWriteDeadline(time.Now().Add(batchConnLinger))
 	<-b.done
-	return err
+	return b.Conn.Close()
 }

@@ -179,6 +179,29 @@ func TestBatchConnCloseReleasesABlockedWriter(t *testing.T) {
 	}
 }
 
+func TestBatchConnCloseWritesWhatWaits(t *testing.T) {
+	b, cc, peer := pipe(t)
+	if _, err := b.Write([]byte("close")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return cc.writes.Load() == 1 })
+	if _, err := b.Write([]byte("-ok")); err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- b.Close() }()
+	if got := readN(t, peer, len("close-ok")); string(got) != "close-ok" {
+		t.Fatalf("the peer read %q before the close, want %q", got, "close-ok")
+	}
+	if err := <-closed; err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	peer.SetReadDeadline(time.Now().Add(time.Minute))
+	if _, err := peer.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+		t.Fatalf("read after Close = %v, want EOF", err)
+	}
+}
+
 // waitFor polls cond until it holds, failing the test after a minute.
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
