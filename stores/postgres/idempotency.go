@@ -188,19 +188,20 @@ func (s *Store) Confirm(ctx context.Context, key string, token core.Token) error
 // batches confirming overlapping keys (possible after a takeover) wait for
 // each other instead of deadlocking: an UPDATE ... FROM locks rows in
 // whatever order its join produces them. Each row is locked by its own
-// primary-key lookup, walking the keys sorted, and the UPDATE names the keys
-// it locked as an array, so that neither step can become a read of the whole
-// table (plan_test.go). The UPDATE finds the rows by key, not by the row
-// version the lock returned: a confirm that waited for another confirm of the
-// same claim must update the version that one committed, which its snapshot
-// does not see (PostgreSQL re-reads it under the lock).
+// primary-key lookup, walking the keys sorted, and then updated by the
+// physical address the lock returned (ctid, stable while the row is locked),
+// so that neither step can become a read of the whole table (plan_test.go);
+// naming the keys instead lets the planner read the whole table when the
+// table has no statistics yet. A row that another confirm of the same claim
+// committed while this one waited for its lock is a version the statement's
+// snapshot does not see: it is not updated, and ConfirmBatch counts it done.
 const confirmSQL = `
 WITH c AS (
     SELECT DISTINCT key, token FROM unnest($1::text[], $2::bigint[]) AS c(key, token)
 ), locked AS MATERIALIZED (
-    SELECT l.key FROM (SELECT key, token FROM c ORDER BY key) AS o
+    SELECT l.tid FROM (SELECT key, token FROM c ORDER BY key) AS o
     CROSS JOIN LATERAL (
-        SELECT i.key FROM acemq_idempotency AS i
+        SELECT i.ctid AS tid FROM acemq_idempotency AS i
         WHERE i.key = o.key AND i.token = o.token
         FOR UPDATE
     ) AS l
@@ -209,7 +210,7 @@ UPDATE acemq_idempotency AS i SET
     confirmed_at = coalesce(i.confirmed_at, $3),
     expires_at = CASE WHEN i.state = 'claimed' THEN $4 ELSE i.expires_at END,
     state = 'confirmed'
-WHERE i.key = ANY(ARRAY(SELECT key FROM locked))
+WHERE i.ctid = ANY(ARRAY(SELECT tid FROM locked))
 RETURNING i.key, i.token`
 
 // ConfirmBatch implements stores.Idempotency: one statement, plus a look-up
@@ -255,9 +256,14 @@ func (s *Store) ConfirmBatch(ctx context.Context, held []core.Held) ([]error, er
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	for i, h := range held {
-		if !ok[h] {
-			refused[i] = cur.stale(h)
+		if ok[h] {
+			continue
 		}
+		if r, found := cur[h.Key]; found && r.token == h.Token && r.confirmed {
+			// Another confirm of the same claim committed first.
+			continue
+		}
+		refused[i] = cur.stale(h)
 	}
 	return refused, nil
 }
