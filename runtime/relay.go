@@ -551,7 +551,7 @@ func (r *Relay) finish(ctx context.Context, b *heldBatch) {
 		return
 	case err != nil:
 		r.left.Add(int64(b.size))
-		r.log.Error("outbox batch published but not marked; its records are pending again and published again", "records", b.size, "error", err)
+		r.log.Error("outbox batch published but its marks may not be committed; records left unmarked are published again", "records", b.size, "error", err)
 		return
 	}
 	r.published.Add(int64(len(b.published)))

@@ -149,7 +149,7 @@ RETURNING o.id, o.stuck_at IS NOT NULL`, failedIDs, reasons, b.s.opts.OutboxMaxA
 		if errors.As(err, &pe) && pe.Code == idleInTransactionTimeout {
 			return nil, &core.LeaseLostError{Owner: b.owner, IDs: b.ids()}
 		}
-		return nil, fmt.Errorf("outbox relay %q: finish a batch of %d rows (they are pending again): %w", b.owner, len(b.recs), err)
+		return nil, fmt.Errorf("outbox relay %q: finish a batch of %d rows (unless the commit reached the database before the failure, they are pending again): %w", b.owner, len(b.recs), err)
 	}
 	return stuck, nil
 }
