@@ -86,7 +86,9 @@ func (b *batchConn) loop() {
 		b.mu.Unlock()
 		_, err := b.Conn.Write(out)
 		b.mu.Lock()
-		b.spare = out[:0]
+		if cap(out) <= 2*batchConnLimit {
+			b.spare = out[:0] // reused; a buffer grown by large messages is not kept
+		}
 		if err != nil {
 			if b.err == nil {
 				b.err = err
