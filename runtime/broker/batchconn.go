@@ -86,8 +86,11 @@ func (b *batchConn) loop() {
 		b.mu.Unlock()
 		_, err := b.Conn.Write(out)
 		b.mu.Lock()
+		// Pending now holds what spare held: out becomes the spare, unless
+		// large messages grew it, which is not kept.
+		b.spare = nil
 		if cap(out) <= 2*batchConnLimit {
-			b.spare = out[:0] // reused; a buffer grown by large messages is not kept
+			b.spare = out[:0]
 		}
 		if err != nil {
 			if b.err == nil {

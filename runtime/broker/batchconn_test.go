@@ -202,6 +202,31 @@ func TestBatchConnCloseWritesWhatWaits(t *testing.T) {
 	}
 }
 
+// TestBatchConnNeverWritesIntoWhatItIsSending runs the writer through a
+// large write (its buffer is then not kept) and checks that what it sends
+// next is not overwritten by the writes made while it is being sent.
+func TestBatchConnNeverWritesIntoWhatItIsSending(t *testing.T) {
+	b, cc, peer := pipe(t)
+	write := func(p []byte) {
+		t.Helper()
+		if _, err := b.Write(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write([]byte("s0"))
+	readN(t, peer, 2) // the writer now keeps a spare buffer
+	big := bytes.Repeat([]byte{'B'}, 3*batchConnLimit)
+	write(big)
+	waitFor(t, func() bool { return cc.writes.Load() == 2 })
+	write([]byte("r1")) // gathers while the large write is under way
+	readN(t, peer, len(big))
+	waitFor(t, func() bool { return cc.writes.Load() == 3 }) // "r1" is being sent
+	write([]byte("XX"))
+	if got := readN(t, peer, 4); string(got) != "r1XX" {
+		t.Fatalf("the peer read %q, want %q: a write landed in the buffer being sent", got, "r1XX")
+	}
+}
+
 // waitFor polls cond until it holds, failing the test after a minute.
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
