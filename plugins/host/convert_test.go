@@ -12,7 +12,11 @@ import (
 	"github.com/acemq/acemq-flow/plugins/proto"
 )
 
-func TestRequestRoundTrip(t *testing.T) {
+// The conversions are checked against the wire messages of
+// plugins/proto/plugin.proto, which is the contract; TestInProcessRoundTrip
+// checks them together with the SDK's.
+
+func TestRequestToProto(t *testing.T) {
 	tests := []struct {
 		name string
 		req  Request
@@ -33,50 +37,55 @@ func TestRequestRoundTrip(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			m := requestToProto(7, tc.req, 1500*time.Microsecond)
 			// Through the wire encoding too, as the plugin receives it.
-			b, err := gproto.Marshal(m)
+			b, err := gproto.Marshal(requestToProto(7, tc.req, 1500*time.Microsecond))
 			if err != nil {
 				t.Fatal(err)
 			}
-			var back proto.HandleRequest
-			if err := gproto.Unmarshal(b, &back); err != nil {
+			var m proto.HandleRequest
+			if err := gproto.Unmarshal(b, &m); err != nil {
 				t.Fatal(err)
 			}
-			if back.GetCallId() != 7 || back.GetTimeoutMs() != 2 {
-				t.Fatalf("call id %d, timeout %dms; want 7 and 2 (rounded up)", back.GetCallId(), back.GetTimeoutMs())
+			if m.GetCallId() != 7 || m.GetTimeoutMs() != 2 {
+				t.Fatalf("call id %d, timeout %dms; want 7 and 2 (rounded up)", m.GetCallId(), m.GetTimeoutMs())
 			}
-			got := requestFromProto(&back)
-			if !requestsEqual(got, tc.req) {
-				t.Fatalf("requestFromProto(requestToProto(%+v)) = %+v", tc.req, got)
+			e, want := m.GetEnvelope(), tc.req.Envelope
+			var firstSeen time.Time
+			if ts := e.GetFirstSeen(); ts != nil {
+				firstSeen = ts.AsTime()
+			}
+			if m.GetHandler() != tc.req.Handler || m.GetCompensate() != tc.req.Compensate || !bytes.Equal(m.GetPayload(), tc.req.Payload) ||
+				e.GetMessageId() != want.MessageID || e.GetType() != want.Type || e.GetCorrelationId() != want.CorrelationID ||
+				e.GetCausationId() != want.CausationID || e.GetOrigin() != want.Origin || int(e.GetAttempt()) != want.Attempt ||
+				!firstSeen.Equal(want.FirstSeen) || (want.FirstSeen.IsZero() && e.GetFirstSeen() != nil) ||
+				!maps.Equal(e.GetHeaders(), want.Headers) {
+				t.Fatalf("requestToProto(%+v) sent %v", tc.req, &m)
 			}
 		})
 	}
 }
 
-func requestsEqual(a, b Request) bool {
-	ea, eb := a.Envelope, b.Envelope
-	return a.Handler == b.Handler && a.Compensate == b.Compensate && bytes.Equal(a.Payload, b.Payload) &&
-		ea.MessageID == eb.MessageID && ea.Type == eb.Type && ea.CorrelationID == eb.CorrelationID &&
-		ea.CausationID == eb.CausationID && ea.Origin == eb.Origin && ea.Attempt == eb.Attempt &&
-		ea.FirstSeen.Equal(eb.FirstSeen) && maps.Equal(ea.Headers, eb.Headers)
-}
-
-func TestResultRoundTrip(t *testing.T) {
+func TestResultFromProto(t *testing.T) {
 	tests := []struct {
 		name string
+		m    *proto.HandleResponse
 		res  Result
-		err  error
+		err  *CallError
 	}{
-		{name: "a payload", res: Result{Payload: []byte(`{"ok":true}`)}},
-		{name: "an empty payload is an output, not a stop", res: Result{Payload: nil}},
-		{name: "a stop", res: Result{Stop: true}},
-		{name: "a retryable failure", err: &CallError{Plugin: "p", Handler: "h", Msg: "try again"}},
-		{name: "a fatal failure", err: &CallError{Plugin: "p", Handler: "h", Fatal: true, Msg: "never"}},
+		{name: "a payload", res: Result{Payload: []byte(`{"ok":true}`)},
+			m: &proto.HandleResponse{Outcome: &proto.HandleResponse_Output{Output: &proto.Output{Payload: []byte(`{"ok":true}`)}}}},
+		{name: "an empty payload is an output, not a stop", res: Result{},
+			m: &proto.HandleResponse{Outcome: &proto.HandleResponse_Output{Output: &proto.Output{}}}},
+		{name: "a stop", res: Result{Stop: true},
+			m: &proto.HandleResponse{Outcome: &proto.HandleResponse_Stop{Stop: &proto.Stop{}}}},
+		{name: "a retryable failure", err: &CallError{Plugin: "p", Handler: "h", Msg: "try again"},
+			m: &proto.HandleResponse{Outcome: &proto.HandleResponse_Failure{Failure: &proto.Failure{Message: "try again"}}}},
+		{name: "a fatal failure", err: &CallError{Plugin: "p", Handler: "h", Fatal: true, Msg: "never"},
+			m: &proto.HandleResponse{Outcome: &proto.HandleResponse_Failure{Failure: &proto.Failure{Fatal: true, Message: "never"}}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			b, err := gproto.Marshal(resultToProto(3, tc.res, tc.err))
+			b, err := gproto.Marshal(tc.m)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -86,9 +95,8 @@ func TestResultRoundTrip(t *testing.T) {
 			}
 			got, gotErr := resultFromProto("p", "h", &m)
 			if tc.err != nil {
-				var want, ce *CallError
-				errors.As(tc.err, &want)
-				if !errors.As(gotErr, &ce) || *ce != *want {
+				var ce *CallError
+				if !errors.As(gotErr, &ce) || *ce != *tc.err {
 					t.Fatalf("resultFromProto = %v, want %v", gotErr, tc.err)
 				}
 				return
@@ -106,10 +114,11 @@ func TestResultRoundTrip(t *testing.T) {
 	})
 }
 
-func TestHandlersRoundTrip(t *testing.T) {
-	hs := []HandlerInfo{{Name: "a"}, {Name: "b", InputType: "Order", OutputType: "none"}}
-	got := handlersFromProto(handlersToProto(hs))
-	if len(got) != len(hs) || got[0] != hs[0] || got[1] != hs[1] {
-		t.Fatalf("handlersFromProto(handlersToProto(%v)) = %v", hs, got)
+func TestHandlersFromProto(t *testing.T) {
+	m := &proto.DescribeResponse{Handlers: []*proto.HandlerInfo{{Name: "a"}, {Name: "b", InputType: "Order", OutputType: "none"}}}
+	want := []HandlerInfo{{Name: "a"}, {Name: "b", InputType: "Order", OutputType: "none"}}
+	got := handlersFromProto(m)
+	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+		t.Fatalf("handlersFromProto(%v) = %v, want %v", m, got, want)
 	}
 }

@@ -8,93 +8,108 @@ import (
 	"time"
 
 	gproto "google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/acemq/acemq-flow/plugins/proto"
 )
 
-func TestRequestRoundTrip(t *testing.T) {
+// The conversions are checked against the wire messages of
+// plugins/proto/plugin.proto, which is the contract; the host's
+// TestInProcessRoundTrip checks them together with the host's.
+
+// wire sends m through the protobuf encoding and decodes it into out, as the
+// other side receives it.
+func wire(t *testing.T, m, out gproto.Message) {
+	t.Helper()
+	b, err := gproto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := gproto.Unmarshal(b, out); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRequestFromProto(t *testing.T) {
+	firstSeen := time.Date(2026, 9, 9, 14, 3, 11, 123456789, time.UTC)
 	tests := []struct {
 		name string
-		req  Request
+		m    *proto.HandleRequest
+		want Request
 	}{
-		{name: "an empty request", req: Request{}},
-		{name: "a full envelope", req: Request{
+		{name: "an empty request", m: &proto.HandleRequest{}, want: Request{}},
+		{name: "a full envelope", m: &proto.HandleRequest{
+			CallId: 9, Handler: "reserve", Compensate: true, Payload: []byte(`{"a":1}`), TimeoutMs: 1000,
+			Envelope: &proto.Envelope{
+				MessageId: "m-2", Type: "Order", CorrelationId: "c-1", CausationId: "m-1", Origin: "shop",
+				Attempt: 4, FirstSeen: timestamppb.New(firstSeen), Headers: map[string]string{"tenant": "acme"},
+			},
+		}, want: Request{
 			Handler: "reserve", Compensate: true, Payload: []byte(`{"a":1}`),
 			Envelope: Envelope{
 				MessageID: "m-2", Type: "Order", CorrelationID: "c-1", CausationID: "m-1", Origin: "shop",
-				Attempt: 4, FirstSeen: time.Date(2026, 9, 9, 14, 3, 11, 123456789, time.UTC),
-				Headers: map[string]string{"tenant": "acme"},
+				Attempt: 4, FirstSeen: firstSeen, Headers: map[string]string{"tenant": "acme"},
 			},
 		}},
-		{name: "a binary payload", req: Request{Handler: "h", Payload: []byte{0, 255}}},
+		{name: "a binary payload", m: &proto.HandleRequest{Handler: "h", Payload: []byte{0, 255}},
+			want: Request{Handler: "h", Payload: []byte{0, 255}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			b, err := gproto.Marshal(requestToProto(9, &tc.req, time.Second))
-			if err != nil {
-				t.Fatal(err)
-			}
 			var m proto.HandleRequest
-			if err := gproto.Unmarshal(b, &m); err != nil {
-				t.Fatal(err)
-			}
+			wire(t, tc.m, &m)
 			got := requestFromProto(&m)
-			ea, eb := got.Envelope, tc.req.Envelope
-			if got.Handler != tc.req.Handler || got.Compensate != tc.req.Compensate || !bytes.Equal(got.Payload, tc.req.Payload) ||
+			ea, eb := got.Envelope, tc.want.Envelope
+			if got.Handler != tc.want.Handler || got.Compensate != tc.want.Compensate || !bytes.Equal(got.Payload, tc.want.Payload) ||
 				ea.MessageID != eb.MessageID || ea.Type != eb.Type || ea.CorrelationID != eb.CorrelationID ||
 				ea.CausationID != eb.CausationID || ea.Origin != eb.Origin || ea.Attempt != eb.Attempt ||
 				!ea.FirstSeen.Equal(eb.FirstSeen) || !maps.Equal(ea.Headers, eb.Headers) {
-				t.Fatalf("requestFromProto(requestToProto(%+v)) = %+v", tc.req, *got)
-			}
-			if m.GetCallId() != 9 || m.GetTimeoutMs() != 1000 {
-				t.Fatalf("call id %d, timeout %dms; want 9 and 1000", m.GetCallId(), m.GetTimeoutMs())
+				t.Fatalf("requestFromProto(%v) = %+v, want %+v", tc.m, *got, tc.want)
 			}
 		})
 	}
 }
 
-func TestResponseRoundTrip(t *testing.T) {
+func TestResponseToProto(t *testing.T) {
 	tests := []struct {
 		name      string
 		res       *Result
 		err       error
-		wantRes   *Result
-		wantErr   bool
+		wantOut   []byte // an output with this payload
+		wantStop  bool
+		wantFail  bool
 		wantFatal bool
 	}{
-		{name: "a result is an output", res: &Result{Payload: []byte("x")}, wantRes: &Result{Payload: []byte("x")}},
-		{name: "a nil result is a stop", res: nil},
-		{name: "ErrStop is a stop", err: ErrStop},
-		{name: "a wrapped ErrStop is a stop", err: errors.Join(errors.New("enough"), ErrStop)},
-		{name: "a plain error is retryable", err: errors.New("down"), wantErr: true},
-		{name: "a Fatal error is fatal", err: Fatal(errors.New("bad")), wantErr: true, wantFatal: true},
-		{name: "Retryable around Fatal is retryable", err: Retryable(Fatal(errors.New("bad"))), wantErr: true},
+		{name: "a result is an output", res: &Result{Payload: []byte("x")}, wantOut: []byte("x")},
+		{name: "a nil result is a stop", res: nil, wantStop: true},
+		{name: "ErrStop is a stop", err: ErrStop, wantStop: true},
+		{name: "a wrapped ErrStop is a stop", err: errors.Join(errors.New("enough"), ErrStop), wantStop: true},
+		{name: "a plain error is retryable", err: errors.New("down"), wantFail: true},
+		{name: "a Fatal error is fatal", err: Fatal(errors.New("bad")), wantFail: true, wantFatal: true},
+		{name: "Retryable around Fatal is retryable", err: Retryable(Fatal(errors.New("bad"))), wantFail: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			b, err := gproto.Marshal(responseToProto(5, tc.res, tc.err))
-			if err != nil {
-				t.Fatal(err)
-			}
 			var m proto.HandleResponse
-			if err := gproto.Unmarshal(b, &m); err != nil {
-				t.Fatal(err)
-			}
+			wire(t, responseToProto(5, tc.res, tc.err), &m)
 			if m.GetCallId() != 5 {
 				t.Fatalf("call id %d, want 5", m.GetCallId())
 			}
-			got, gotErr := responseFromProto(&m)
-			if tc.wantErr {
-				if gotErr == nil || IsFatal(gotErr) != tc.wantFatal || gotErr.Error() != tc.err.Error() {
-					t.Fatalf("round trip of error %v = %v (fatal %v); want fatal %v", tc.err, gotErr, IsFatal(gotErr), tc.wantFatal)
+			switch o := m.GetOutcome().(type) {
+			case *proto.HandleResponse_Output:
+				if tc.wantOut == nil || !bytes.Equal(o.Output.GetPayload(), tc.wantOut) {
+					t.Fatalf("responseToProto(%v, %v) = output %q", tc.res, tc.err, o.Output.GetPayload())
 				}
-				return
-			}
-			if gotErr != nil {
-				t.Fatalf("round trip of (%v, %v) = error %v", tc.res, tc.err, gotErr)
-			}
-			if (got == nil) != (tc.wantRes == nil) || (got != nil && !bytes.Equal(got.Payload, tc.wantRes.Payload)) {
-				t.Fatalf("round trip of (%v, %v) = %v, want %v", tc.res, tc.err, got, tc.wantRes)
+			case *proto.HandleResponse_Stop:
+				if !tc.wantStop {
+					t.Fatalf("responseToProto(%v, %v) = stop", tc.res, tc.err)
+				}
+			case *proto.HandleResponse_Failure:
+				if !tc.wantFail || o.Failure.GetFatal() != tc.wantFatal || o.Failure.GetMessage() != tc.err.Error() {
+					t.Fatalf("responseToProto(%v, %v) = failure %v; want fatal %v with the error's text", tc.res, tc.err, o.Failure, tc.wantFatal)
+				}
+			default:
+				t.Fatalf("responseToProto(%v, %v) has no outcome", tc.res, tc.err)
 			}
 		})
 	}
