@@ -14,11 +14,6 @@ import (
 	"github.com/acemq/acemq-flow/stores/internal/core"
 )
 
-// lockedCols are the columns a locked claim reads: what the relay publishes
-// and reports. The others are known (not published, not stuck) or of no use
-// to it.
-const lockedCols = `id, exchange, routing_key, body, content_type, properties::text, created_at, attempts`
-
 // idleInTransactionTimeout is PostgreSQL's error code for a session it ended
 // because its transaction stayed idle too long.
 const idleInTransactionTimeout = "25P03"
@@ -39,11 +34,11 @@ func (s *Store) ClaimLocked(ctx context.Context, owner string, n int, lease time
 	q.Queue("BEGIN")
 	q.Queue("SELECT set_config('idle_in_transaction_session_timeout', $1, true)", strconv.FormatInt(max(lease.Milliseconds(), 1), 10))
 	q.Queue(`
-SELECT `+lockedCols+` FROM acemq_outbox
+SELECT `+recordCols+` FROM acemq_outbox AS o
 WHERE published_at IS NULL AND stuck_at IS NULL AND (lease_until IS NULL OR lease_until <= $1)
 ORDER BY id LIMIT $2
 FOR UPDATE SKIP LOCKED`, s.opts.Now(), n).Query(func(rows pgx.Rows) error {
-		recs, err := pgx.CollectRows(rows, scanLocked)
+		recs, err := pgx.CollectRows(rows, scanRecord)
 		b.recs = recs
 		return err
 	})
@@ -55,24 +50,6 @@ FOR UPDATE SKIP LOCKED`, s.opts.Now(), n).Query(func(rows pgx.Rows) error {
 		b.Abort()
 	}
 	return b, nil
-}
-
-func scanLocked(row pgx.CollectableRow) (core.OutboxRecord, error) {
-	var r core.OutboxRecord
-	var props string
-	var attempts int32
-	if err := row.Scan(&r.ID, &r.Exchange, &r.RoutingKey, &r.Body, &r.ContentType, &props, &r.CreatedAt, &attempts); err != nil {
-		return r, err
-	}
-	if r.Body == nil {
-		r.Body = []byte{}
-	}
-	p, err := core.DecodeProperties([]byte(props))
-	if err != nil {
-		return r, fmt.Errorf("outbox row %d: %w", r.ID, err)
-	}
-	r.Properties, r.Attempts = p, int(attempts)
-	return r, nil
 }
 
 // lockedBatch is a stores.LockedBatch: an open transaction on a connection
