@@ -32,6 +32,7 @@ type batchConn struct {
 	pending []byte
 	spare   []byte
 	closing bool      // Close was called: write what is pending, then stop
+	blocked int       // writes waiting for room
 	err     error     // the first write failure
 	wake    sync.Cond // signalled when pending grows, or on Close
 	room    sync.Cond // signalled when pending was taken, or on failure
@@ -54,7 +55,9 @@ func (b *batchConn) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for b.err == nil && !b.closing && len(b.pending) > 0 && len(b.pending)+len(p) > batchConnLimit {
+		b.blocked++
 		b.room.Wait()
+		b.blocked--
 	}
 	if b.closing {
 		return 0, net.ErrClosed

@@ -108,24 +108,7 @@ func TestBatchConnKeepsEachWriteWhole(t *testing.T) {
 
 func TestBatchConnBlocksWritersWhenTheSocketDoesNotDrain(t *testing.T) {
 	b, cc, peer := pipe(t)
-	if _, err := b.Write([]byte{1}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, func() bool { return cc.writes.Load() == 1 })
-	// The writer is stuck in the pipe: fill the buffer to its limit.
-	if _, err := b.Write(make([]byte, batchConnLimit)); err != nil {
-		t.Fatal(err)
-	}
-	returned := make(chan error, 1)
-	go func() {
-		_, err := b.Write([]byte{2})
-		returned <- err
-	}()
-	select {
-	case err := <-returned:
-		t.Fatalf("a write beyond %d waiting bytes returned (%v) instead of waiting for the socket", batchConnLimit, err)
-	case <-time.After(50 * time.Millisecond):
-	}
+	returned := blockedWrite(t, b, cc)
 	readN(t, peer, 1+batchConnLimit)
 	if err := <-returned; err != nil {
 		t.Fatal(err)
@@ -153,18 +136,7 @@ func TestBatchConnFailedWriteClosesTheConnection(t *testing.T) {
 
 func TestBatchConnCloseReleasesABlockedWriter(t *testing.T) {
 	b, cc, _ := pipe(t)
-	if _, err := b.Write([]byte{1}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, func() bool { return cc.writes.Load() == 1 })
-	if _, err := b.Write(make([]byte, batchConnLimit)); err != nil {
-		t.Fatal(err)
-	}
-	returned := make(chan error, 1)
-	go func() {
-		_, err := b.Write([]byte{2})
-		returned <- err
-	}()
+	returned := blockedWrite(t, b, cc)
 	b.Close()
 	select {
 	case err := <-returned:
@@ -225,6 +197,37 @@ func TestBatchConnNeverWritesIntoWhatItIsSending(t *testing.T) {
 	if got := readN(t, peer, 4); string(got) != "r1XX" {
 		t.Fatalf("the peer read %q, want %q: a write landed in the buffer being sent", got, "r1XX")
 	}
+}
+
+// blockedWrite gets the writer stuck in the pipe (its peer does not read),
+// fills the buffer to its limit, and starts a write of the byte 2 that must
+// wait for room; it returns once that write is waiting, with the channel its
+// outcome arrives on.
+func blockedWrite(t *testing.T, b *batchConn, cc *countingConn) <-chan error {
+	t.Helper()
+	if _, err := b.Write([]byte{1}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return cc.writes.Load() == 1 })
+	if _, err := b.Write(make([]byte, batchConnLimit)); err != nil {
+		t.Fatal(err)
+	}
+	returned := make(chan error, 1)
+	go func() {
+		_, err := b.Write([]byte{2})
+		returned <- err
+	}()
+	waitFor(t, func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.blocked == 1
+	})
+	select {
+	case err := <-returned:
+		t.Fatalf("a write beyond %d waiting bytes returned (%v) instead of waiting for the socket", batchConnLimit, err)
+	default:
+	}
+	return returned
 }
 
 // waitFor polls cond until it holds, failing the test after a minute.
