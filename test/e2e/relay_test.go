@@ -12,6 +12,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/acemq/acemq-flow/stores"
+	"github.com/acemq/acemq-flow/stores/postgres"
 	"github.com/acemq/acemq-flow/stores/sqlite"
 	"github.com/acemq/acemq-flow/stores/storetest"
 	"github.com/acemq/acemq-flow/test/testenv"
@@ -96,24 +97,13 @@ func TestKill9RelayMidBatchLosesNothing(t *testing.T) {
 	if _, err := ch.QueueDeclare(queue, true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
 		t.Fatal(err)
 	}
-	storeURL := testenv.PostgresSchema(t)
-	st := storetest.OpenPostgresURL(t, storeURL, stores.Options{})
+	recs := make([]stores.OutboxRecord, n)
+	for i := range recs {
+		recs[i] = stores.OutboxRecord{RoutingKey: queue, Body: fmt.Appendf(nil, `{"order":%d}`, i),
+			ContentType: "application/json", Properties: stores.Properties{MessageID: fmt.Sprint("o-", i)}}
+	}
+	storeURL, st := postgresOutbox(t, recs...)
 	ctx := context.Background()
-	if err := st.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	err := pgx.BeginFunc(ctx, st.Pool(), func(tx pgx.Tx) error {
-		for i := range n {
-			if _, err := st.Outbox().Add(ctx, tx, stores.OutboxRecord{RoutingKey: queue, Body: fmt.Appendf(nil, `{"order":%d}`, i),
-				ContentType: "application/json", Properties: stores.Properties{MessageID: fmt.Sprint("o-", i)}}); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	relay := func() *runtimeProc {
 		return launchCommand(t, "relay", "--store", storeURL, "--amqp", url, "--lease", "1m", "--poll", "10ms", "--log-level", "debug")
 	}
@@ -176,21 +166,10 @@ func TestRunWithRelayOnPostgres(t *testing.T) {
 	if _, err := ch.QueueDeclare("orders.placed", true, false, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
-	storeURL := testenv.PostgresSchema(t)
-	st := storetest.OpenPostgresURL(t, storeURL, stores.Options{})
-	ctx := context.Background()
-	if err := st.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
 	body := []byte(`{"order":"o-1"}`)
-	err := pgx.BeginFunc(ctx, st.Pool(), func(tx pgx.Tx) error {
-		_, err := st.Outbox().Add(ctx, tx, stores.OutboxRecord{RoutingKey: "orders.placed", Body: body,
-			ContentType: "application/json", Properties: stores.Properties{MessageID: "o-1"}})
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	storeURL, st := postgresOutbox(t, stores.OutboxRecord{RoutingKey: "orders.placed", Body: body,
+		ContentType: "application/json", Properties: stores.Properties{MessageID: "o-1"}})
+	ctx := context.Background()
 	startRuntime(t, url, "--relay", "--store", storeURL, writeFlow(t, threeSteps))
 	m := getOne(t, ch, "orders.placed", 30*time.Second)
 	if m.MessageId != "o-1" || string(m.Body) != string(body) {
@@ -203,4 +182,29 @@ func TestRunWithRelayOnPostgres(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// postgresOutbox opens a migrated PostgreSQL store in a schema of the test's
+// own, writes recs in one committed transaction, and returns the store's URL
+// (for the binary) and the store (for the test's checks).
+func postgresOutbox(t *testing.T, recs ...stores.OutboxRecord) (string, *postgres.Store) {
+	t.Helper()
+	storeURL := testenv.PostgresSchema(t)
+	st := storetest.OpenPostgresURL(t, storeURL, stores.Options{})
+	ctx := context.Background()
+	if err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	err := pgx.BeginFunc(ctx, st.Pool(), func(tx pgx.Tx) error {
+		for _, r := range recs {
+			if _, err := st.Outbox().Add(ctx, tx, r); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return storeURL, st
 }
