@@ -305,21 +305,20 @@ func BenchmarkHop(b *testing.B) {
 	only := os.Getenv("ACEMQ_BENCH_ONLY")
 	want := func(name string) bool { return only == "" || only == name }
 	for r := range rounds {
-		src, dst := fmt.Sprintf("raw%d.src", r), fmt.Sprintf("raw%d.dst", r)
-		quorum(b, ch, src)
-		quorum(b, ch, dst)
-		fill(b, ch, "", src, messages)
-		raw = append(raw, rawHop(b, url, src, dst, messages, false))
-		drop(b, ch, src)
-		drop(b, ch, dst)
-		if only == "" {
-			src, dst = fmt.Sprintf("rawh%d.src", r), fmt.Sprintf("rawh%d.dst", r)
+		// A raw hop over a pair of fresh queues, deleted once measured.
+		rawRound := func(name string, headers bool) float64 {
+			src, dst := fmt.Sprintf("%s%d.src", name, r), fmt.Sprintf("%s%d.dst", name, r)
 			quorum(b, ch, src)
 			quorum(b, ch, dst)
 			fill(b, ch, "", src, messages)
-			rawHeaders = append(rawHeaders, rawHop(b, url, src, dst, messages, true))
+			v := rawHop(b, url, src, dst, messages, headers)
 			drop(b, ch, src)
 			drop(b, ch, dst)
+			return v
+		}
+		raw = append(raw, rawRound("raw", false))
+		if only == "" {
+			rawHeaders = append(rawHeaders, rawRound("rawh", true))
 		}
 		if want("inprocess") {
 			inproc = append(inproc, runtimeHop(b, url, fmt.Sprintf("inproc%d", r), "testkit.noop", testkit, true, nil, 1, messages))
