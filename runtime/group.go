@@ -260,11 +260,12 @@ func (g *group) handle(ctx context.Context, d *broker.Delivery) {
 		}
 		start := time.Now()
 		res, err := g.call(cctx, Request{Handler: g.c.Handler, Envelope: in.Env, Payload: in.Body})
-		g.mDuration.Observe(time.Since(start).Seconds())
+		end := time.Now()
+		g.mDuration.Observe(end.Sub(start).Seconds())
 		if err != nil && g.log.Enabled(ctx, slog.LevelDebug) {
-			g.log.Debug("handler failed", "message_id", in.Env.MessageID, "attempt", in.Env.Attempt, "error", err, "duration", time.Since(start))
+			g.log.Debug("handler failed", "message_id", in.Env.MessageID, "attempt", in.Env.Attempt, "error", err, "duration", end.Sub(start))
 		}
-		d2 := Decide(g.c, g.route, in, res, err, time.Now(), rand.Float64())
+		d2 := Decide(g.c, g.route, in, res, err, end, rand.Float64())
 		dec = &d2
 	}
 	g.carryOut(ctx, d, in, *dec, ticket)
