@@ -7,7 +7,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/acemq/acemq-flow/plugins/host"
 	"github.com/acemq/acemq-flow/spec"
@@ -33,8 +32,7 @@ func CheckPlugins(ctx context.Context, plan *Plan) spec.Diagnostics {
 		s := &served{handlers: map[string]host.HandlerInfo{}}
 		byFlowPlugin[p.File+"\x00"+p.Name] = s
 		byKey[pluginKey(p)] = s
-		started, err := host.Start(ctx, host.Config{Name: p.Name, Command: p.Path, Dir: p.Dir, Args: p.Args, Env: p.Env, SHA256: p.SHA256,
-			Timeout: time.Duration(p.Timeout), Logger: slog.New(slog.DiscardHandler)})
+		started, err := host.Start(ctx, p.hostConfig(slog.New(slog.DiscardHandler)))
 		if err != nil {
 			s.err = err
 			ds = append(ds, spec.Diagnostic{Pos: p.At, Severity: spec.Error, Code: "plugin-start",

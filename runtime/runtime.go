@@ -406,6 +406,12 @@ func consumerQueues(c *Consumer) []string {
 	return append(qs, DeadLetterQueue(c.Queue), ParkedQueue(c.Queue))
 }
 
+// hostConfig is the plugin host's configuration for p, logging to log.
+func (p PluginPlan) hostConfig(log *slog.Logger) host.Config {
+	return host.Config{Name: p.Name, Command: p.Path, Dir: p.Dir, Args: p.Args, Env: p.Env, SHA256: p.SHA256,
+		Timeout: time.Duration(p.Timeout), Logger: log}
+}
+
 func pluginKey(p PluginPlan) string {
 	var b strings.Builder
 	b.WriteString(p.Path + "\x02" + p.Dir)
@@ -450,8 +456,7 @@ func (r *Runtime) ensurePlugin(ctx context.Context, c *Consumer) error {
 	defer r.pluginMu.Unlock()
 	hp, ok := r.plugins[key]
 	if !ok {
-		started, err := host.Start(ctx, host.Config{Name: p.Name, Command: p.Path, Dir: p.Dir, Args: p.Args, Env: p.Env, SHA256: p.SHA256,
-			Timeout: time.Duration(p.Timeout), Logger: r.log})
+		started, err := host.Start(ctx, p.hostConfig(r.log))
 		if err != nil {
 			return fmt.Errorf("plugin %q (%s): %w", p.Name, p.At, err)
 		}
