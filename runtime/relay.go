@@ -255,9 +255,7 @@ type heldBatch struct {
 	size      int
 	pending   int
 	published []int64
-	failed    []stores.FailedRecord
-	failures  []relayResult // the failed records, for the log
-	unknown   int64
+	failures  []relayResult // records whose publish failed, with why
 }
 
 // Run relays until ctx ends, then stops claiming, waits for the outcomes of
@@ -464,10 +462,27 @@ func (r *Relay) markLoop(ctx, drainCtx context.Context, results <-chan relayResu
 			}
 		}
 	}()
+	take := func(res relayResult) {
+		if res.batch == nil {
+			settled += r.settle(drainCtx, res, &ok)
+			return
+		}
+		// A locked batch is settled by its finish, once all its records
+		// have an outcome.
+		if b := r.settleHeld(res); b != nil {
+			inMarks += int64(b.size)
+			marks.Go(func() {
+				r.finish(drainCtx, b)
+				r.release(b.size)
+				<-r.heldSlots
+				marked <- b.size
+			})
+		}
+	}
 	for want < 0 || settled < want {
 		select {
 		case res := <-results:
-			settled += r.settleAny(drainCtx, res, &ok, &inMarks, &marks, marked)
+			take(res)
 		case n := <-marked:
 			settled += int64(n)
 			inMarks -= int64(n)
@@ -483,7 +498,7 @@ func (r *Relay) markLoop(ctx, drainCtx context.Context, results <-chan relayResu
 		for more := true; more; {
 			select {
 			case res := <-results:
-				settled += r.settleAny(drainCtx, res, &ok, &inMarks, &marks, marked)
+				take(res)
 			default:
 				more = false
 			}
@@ -508,41 +523,35 @@ func (r *Relay) markLoop(ctx, drainCtx context.Context, results <-chan relayResu
 	}
 }
 
-// settleAny settles a result of either kind of claim.
-func (r *Relay) settleAny(drainCtx context.Context, res relayResult, ok *[]*stores.OutboxRecord, inMarks *int64, marks *sync.WaitGroup, marked chan<- int) int64 {
-	if res.batch == nil {
-		return r.settle(drainCtx, res, ok)
-	}
+// settleHeld records the outcome of a record of a locked batch, and returns
+// the batch once every one of its records has an outcome.
+func (r *Relay) settleHeld(res relayResult) *heldBatch {
 	b := res.batch
 	switch {
 	case res.err == nil:
 		b.published = append(b.published, res.rec.ID)
 	case leaveForLease(res.err):
 		r.unknownOutcome(res.rec, res.err)
-		b.unknown++
 	default:
-		b.failed = append(b.failed, stores.FailedRecord{ID: res.rec.ID, Reason: res.err.Error()})
 		b.failures = append(b.failures, res)
 	}
 	if b.pending--; b.pending > 0 {
-		return 0
+		return nil
 	}
 	r.heldMu.Lock()
 	delete(r.held, b)
 	r.heldMu.Unlock()
-	*inMarks += int64(b.size)
-	marks.Go(func() {
-		r.finish(drainCtx, b)
-		r.release(b.size)
-		<-r.heldSlots
-		marked <- b.size
-	})
-	return 0
+	return b
 }
 
-// finish writes a locked batch's outcomes and commits.
+// finish writes a locked batch's outcomes and commits. Records neither
+// published nor failed had no verdict: Finish leases them.
 func (r *Relay) finish(ctx context.Context, b *heldBatch) {
-	stuck, err := b.lb.Finish(ctx, b.published, b.failed)
+	failed := make([]stores.FailedRecord, len(b.failures))
+	for i, f := range b.failures {
+		failed[i] = stores.FailedRecord{ID: f.rec.ID, Reason: f.err.Error()}
+	}
+	stuck, err := b.lb.Finish(ctx, b.published, failed)
 	var lost *stores.LeaseLostError
 	switch {
 	case errors.As(err, &lost):
@@ -555,7 +564,7 @@ func (r *Relay) finish(ctx context.Context, b *heldBatch) {
 		return
 	}
 	r.published.Add(int64(len(b.published)))
-	r.left.Add(b.unknown)
+	r.left.Add(int64(b.size - len(b.published) - len(b.failures)))
 	for _, f := range b.failures {
 		r.reportFailed(f.rec, f.err, slices.Contains(stuck, f.rec.ID), nil)
 	}
