@@ -22,8 +22,8 @@ const idleInTransactionTimeout = "25P03"
 // its own idle time by lease and selects the batch in one round trip, on a
 // connection the batch keeps until Finish or Abort.
 func (s *Store) ClaimLocked(ctx context.Context, owner string, n int, lease time.Duration) (core.LockedBatch, error) {
-	if owner == "" || n <= 0 || lease <= 0 {
-		return nil, fmt.Errorf("outbox claim batch: owner must be set and n %d and lease %s positive", n, lease)
+	if err := checkClaim(owner, n, lease); err != nil {
+		return nil, err
 	}
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
@@ -33,11 +33,7 @@ func (s *Store) ClaimLocked(ctx context.Context, owner string, n int, lease time
 	q := &pgx.Batch{}
 	q.Queue("BEGIN")
 	q.Queue("SELECT set_config('idle_in_transaction_session_timeout', $1, true)", strconv.FormatInt(max(lease.Milliseconds(), 1), 10))
-	q.Queue(`
-SELECT `+recordCols+` FROM acemq_outbox AS o
-WHERE published_at IS NULL AND stuck_at IS NULL AND (lease_until IS NULL OR lease_until <= $1)
-ORDER BY id LIMIT $2
-FOR UPDATE SKIP LOCKED`, s.opts.Now(), n).Query(func(rows pgx.Rows) error {
+	q.Queue(claimableRows(recordCols), s.opts.Now(), n).Query(func(rows pgx.Rows) error {
 		recs, err := pgx.CollectRows(rows, scanRecord)
 		b.recs = recs
 		return err
@@ -93,15 +89,10 @@ func (b *lockedBatch) Finish(ctx context.Context, published []int64, failed []co
 	}
 	if len(failed) > 0 {
 		q.Queue(`
-UPDATE acemq_outbox AS o SET
-    attempts = o.attempts + 1,
-    last_error = f.reason,
-    lease_owner = NULL,
-    lease_until = CASE WHEN o.attempts + 1 >= $3 THEN NULL ELSE $4::timestamptz END,
-    stuck_at = CASE WHEN o.attempts + 1 >= $3 THEN $5::timestamptz ELSE NULL END
-FROM unnest($1::bigint[], $2::text[]) AS f(id, reason)
+UPDATE acemq_outbox AS o SET last_error = f.reason,`+failedSet+`
+FROM unnest($1::bigint[], $5::text[]) AS f(id, reason)
 WHERE o.id = f.id
-RETURNING o.id, o.stuck_at IS NOT NULL`, failedIDs, reasons, b.s.opts.OutboxMaxAttempts, now.Add(b.s.opts.OutboxRetryDelay), now).Query(func(rows pgx.Rows) error {
+RETURNING o.id, o.stuck_at IS NOT NULL`, failedIDs, b.s.opts.OutboxMaxAttempts, now.Add(b.s.opts.OutboxRetryDelay), now, reasons).Query(func(rows pgx.Rows) error {
 			var id int64
 			var isStuck bool
 			_, err := pgx.ForEachRow(rows, []any{&id, &isStuck}, func() error {

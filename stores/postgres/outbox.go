@@ -104,25 +104,49 @@ func collect(rows pgx.Rows, err error) ([]core.OutboxRecord, error) {
 // row whose lease a concurrent relay just committed fails the lease test
 // when PostgreSQL re-checks it.
 func (s *Store) ClaimBatch(ctx context.Context, owner string, n int, lease time.Duration) ([]core.OutboxRecord, error) {
-	if owner == "" || n <= 0 || lease <= 0 {
-		return nil, fmt.Errorf("outbox claim batch: owner must be set and n %d and lease %s positive", n, lease)
+	if err := checkClaim(owner, n, lease); err != nil {
+		return nil, err
 	}
 	now := s.opts.Now()
 	out, err := collect(s.pool.Query(ctx, `
-WITH c AS (
-    SELECT id FROM acemq_outbox
-    WHERE published_at IS NULL AND stuck_at IS NULL AND (lease_until IS NULL OR lease_until <= $3)
-    ORDER BY id LIMIT $4
-    FOR UPDATE SKIP LOCKED
-)
-UPDATE acemq_outbox AS o SET lease_owner = $1, lease_until = $2
+WITH c AS (`+claimableRows("o.id")+`)
+UPDATE acemq_outbox AS o SET lease_owner = $3, lease_until = $4
 FROM c WHERE o.id = c.id
-RETURNING `+recordCols, owner, now.Add(lease), now, n))
+RETURNING `+recordCols, now, n, owner, now.Add(lease)))
 	if err != nil {
 		return nil, fmt.Errorf("outbox relay %q: claim batch: %w", owner, err)
 	}
 	return out, nil
 }
+
+// checkClaim refuses a claim without an owner, rows or lease.
+func checkClaim(owner string, n int, lease time.Duration) error {
+	if owner == "" || n <= 0 || lease <= 0 {
+		return fmt.Errorf("outbox claim batch: owner must be set and n %d and lease %s positive", n, lease)
+	}
+	return nil
+}
+
+// claimableRows selects cols of the rows a claim may take, oldest first:
+// neither published nor stuck, not leased (or the lease ended at $1, now),
+// and not held by another relay, which is skipped, not waited for; at most
+// $2.
+func claimableRows(cols string) string {
+	return `
+SELECT ` + cols + ` FROM acemq_outbox AS o
+WHERE published_at IS NULL AND stuck_at IS NULL AND (lease_until IS NULL OR lease_until <= $1)
+ORDER BY id LIMIT $2
+FOR UPDATE SKIP LOCKED`
+}
+
+// failedSet is what a failed publish does to its row o: an attempt counted,
+// the lease released until $3 (the retry delay's end), or, at $2 attempts,
+// stuck since $4 (now).
+const failedSet = `
+    attempts = o.attempts + 1,
+    lease_owner = NULL,
+    lease_until = CASE WHEN o.attempts + 1 >= $2 THEN NULL ELSE $3::timestamptz END,
+    stuck_at = CASE WHEN o.attempts + 1 >= $2 THEN $4::timestamptz ELSE NULL END`
 
 // MarkPublished implements stores.OutboxRelay in one statement.
 func (s *Store) MarkPublished(ctx context.Context, ids []int64, owner string) error {
@@ -156,12 +180,7 @@ func (s *Store) MarkFailed(ctx context.Context, id int64, owner, reason string) 
 	now := s.opts.Now()
 	var stuck bool
 	err := s.pool.QueryRow(ctx, `
-UPDATE acemq_outbox SET
-    attempts = attempts + 1,
-    last_error = $1,
-    lease_owner = NULL,
-    lease_until = CASE WHEN attempts + 1 >= $2 THEN NULL ELSE $3::timestamptz END,
-    stuck_at = CASE WHEN attempts + 1 >= $2 THEN $4::timestamptz ELSE NULL END
+UPDATE acemq_outbox AS o SET last_error = $1,`+failedSet+`
 WHERE id = $5 AND lease_owner = $6 AND published_at IS NULL AND stuck_at IS NULL
 RETURNING stuck_at IS NOT NULL`, reason, s.opts.OutboxMaxAttempts, now.Add(s.opts.OutboxRetryDelay), now, id, owner).Scan(&stuck)
 	if errors.Is(err, pgx.ErrNoRows) {
