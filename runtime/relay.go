@@ -144,9 +144,8 @@ const relayClaimers = 2
 const relayMarkers = 2
 
 // relayHeldBatches is how many batches a relay with a locker holds open at
-// once. Each holds a database connection until its records are settled;
-// the PostgreSQL pool has max(4, CPUs) by default (pool_max_conns in the
-// store URL raises it). `run --relay` gives the relay a pool of its own.
+// once. Each holds a database connection until its records are settled,
+// from a pool the PostgreSQL store keeps for held batches.
 const relayHeldBatches = 3
 
 // relayExchangeTTL is how long an exchange found to exist is trusted.

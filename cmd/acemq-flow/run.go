@@ -96,22 +96,11 @@ ACEMQ_ADMIN_TOKEN (--admin-token), ACEMQ_STORE_URL (--store).`,
 			ctx, cancel := context.WithCancel(cmd.Context())
 			defer cancel()
 			if relay {
-				// On PostgreSQL the relay holds a connection per batch while
-				// it publishes: it gets a pool of its own, so that it never
-				// takes the connections the consumers' claims need.
-				relaySet := set
-				if backend, _ := stores.Backend(storeURL); backend == "postgres" {
-					relaySet, err = stores.Open(ctx, storeURL, stores.Options{ClaimTimeout: claimTimeout})
-					if err != nil {
-						return failed("open the store %s for the relay: %v", redactStore(storeURL), err)
-					}
-					defer relaySet.Close()
-				}
 				// The outbox relay runs beside the consumers, on its own
 				// connection, until the same signal (or the runtime's end)
 				// stops both.
 				wg.Go(func() {
-					relayErr = runtime.RunRelay(ctx, amqpURL, relaySet, runtime.RelayOptions{Log: log})
+					relayErr = runtime.RunRelay(ctx, amqpURL, set, runtime.RelayOptions{Log: log})
 				})
 			}
 			err = rt.Run(ctx)

@@ -20,12 +20,13 @@ const idleInTransactionTimeout = "25P03"
 
 // ClaimLocked implements stores.OutboxLocker. The transaction begins, bounds
 // its own idle time by lease and selects the batch in one round trip, on a
-// connection the batch keeps until Finish or Abort.
+// connection the batch keeps until Finish or Abort, from the store's pool
+// for held batches (at most heldConns).
 func (s *Store) ClaimLocked(ctx context.Context, owner string, n int, lease time.Duration) (core.LockedBatch, error) {
 	if err := checkClaim(owner, n, lease); err != nil {
 		return nil, err
 	}
-	conn, err := s.pool.Acquire(ctx)
+	conn, err := s.held.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("outbox relay %q: claim batch: %w", owner, err)
 	}
@@ -49,7 +50,7 @@ func (s *Store) ClaimLocked(ctx context.Context, owner string, n int, lease time
 }
 
 // lockedBatch is a stores.LockedBatch: an open transaction on a connection
-// of the pool, holding the row locks of recs.
+// of the held pool, holding the row locks of recs.
 type lockedBatch struct {
 	s     *Store
 	conn  *pgxpool.Conn // nil once closed

@@ -62,11 +62,12 @@ func recordIDs(recs []stores.OutboxRecord) []int64 {
 	return out
 }
 
-// acquired waits until the store's pool has n connections out.
+// acquired waits until the store's pool for held batches has n connections
+// out.
 func acquired(t *testing.T, s *postgres.Store, n int32) {
 	t.Helper()
 	testenv.Eventually(t, 10*time.Second, func() error {
-		if got := s.Pool().Stat().AcquiredConns(); got != n {
+		if got := s.HeldPool().Stat().AcquiredConns(); got != n {
 			return fmt.Errorf("%d connections acquired from the pool, want %d", got, n)
 		}
 		return nil
@@ -84,6 +85,9 @@ func TestClaimLockedHoldsRowsUntilFinish(t *testing.T) {
 		t.Errorf("claimed record = %+v, want its body, content type and message id as written", r)
 	}
 	acquired(t, s, 1)
+	if n := s.Pool().Stat().AcquiredConns(); n != 0 {
+		t.Errorf("a held batch took %d connections of the store's main pool, want none", n)
+	}
 	// Another relay, leasing or locking, gets only the rows not held.
 	leased, err := peer.ClaimBatch(t.Context(), "b", 10, time.Minute)
 	if err != nil {
@@ -151,7 +155,7 @@ func TestClaimLockedAbortAndEmptyClaimsReleaseEverything(t *testing.T) {
 		}
 	}
 	acquired(t, s, 0)
-	if st := s.Pool().Stat(); st.TotalConns() > st.MaxConns() || st.NewConnsCount() > 2 {
+	if st := s.HeldPool().Stat(); st.TotalConns() > st.MaxConns() || st.NewConnsCount() > 2 {
 		t.Errorf("after 20 empty claims the pool opened %d connections, want them reused", st.NewConnsCount())
 	}
 	if _, err := again.Finish(t.Context(), ids, nil); err != nil {

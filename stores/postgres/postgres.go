@@ -38,12 +38,20 @@ func Migrations() ([]core.Migration, error) {
 }
 
 // Store is the PostgreSQL idempotency store and outbox relay side. It is safe
-// for concurrent use; Close closes its pool.
+// for concurrent use; Close closes its pools.
 type Store struct {
 	pool *pgxpool.Pool
+	// held serves ClaimLocked: a batch keeps its connection while the relay
+	// publishes it, so held batches have a pool of their own and never take
+	// the connections claims, confirms and outbox writes need.
+	held *pgxpool.Pool
 	opts core.Options
 	once sync.Once
 }
+
+// heldConns bounds the connections of batches held open by ClaimLocked (a
+// relay holds at most three at once).
+const heldConns = 4
 
 // Open connects a pool to connURL (postgres:// or postgresql://, or a pgx
 // key=value string) and pings it. It does not create tables: call Migrate,
@@ -71,7 +79,15 @@ func Open(ctx context.Context, connURL string, opts core.Options) (*Store, error
 		pool.Close()
 		return nil, fmt.Errorf("open postgres store %s: %w", where, err)
 	}
-	return &Store{pool: pool, opts: o}, nil
+	// Connects only when a batch is claimed.
+	hcfg := cfg.Copy()
+	hcfg.MinConns, hcfg.MaxConns = 0, heldConns
+	held, err := pgxpool.NewWithConfig(ctx, hcfg)
+	if err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("open postgres store %s: %w", where, err)
+	}
+	return &Store{pool: pool, held: held, opts: o}, nil
 }
 
 // Redact returns connURL with its password replaced, for logs and errors.
@@ -87,9 +103,12 @@ func Redact(connURL string) string {
 // on it, and must not close it.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
-// Close closes the pool. It is idempotent.
+// Close closes the pools. It is idempotent.
 func (s *Store) Close() error {
-	s.once.Do(s.pool.Close)
+	s.once.Do(func() {
+		s.held.Close()
+		s.pool.Close()
+	})
 	return nil
 }
 

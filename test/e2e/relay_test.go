@@ -157,9 +157,9 @@ func TestKill9RelayMidBatchLosesNothing(t *testing.T) {
 	}
 }
 
-// TestRunWithRelayOnPostgres runs `run --relay` on a PostgreSQL store, where
-// the relay takes a connection pool of its own: a committed record arrives
-// and is marked published.
+// TestRunWithRelayOnPostgres runs `run --relay` on a PostgreSQL store (the
+// relay's held batches take their connections from the store's pool for
+// them): a committed record arrives and is marked published.
 func TestRunWithRelayOnPostgres(t *testing.T) {
 	url := testenv.VHost(t)
 	ch := dial(t, url)
