@@ -34,6 +34,7 @@ func (s *Store) ClaimLocked(ctx context.Context, owner string, n int, lease time
 	q := &pgx.Batch{}
 	q.Queue("BEGIN")
 	q.Queue("SELECT set_config('idle_in_transaction_session_timeout', $1, true)", strconv.FormatInt(max(lease.Milliseconds(), 1), 10))
+	q.Queue(idOrder)
 	q.Queue(claimableRows(recordCols), s.opts.Now(), n).Query(func(rows pgx.Rows) error {
 		recs, err := pgx.CollectRows(rows, scanRecord)
 		b.recs = recs

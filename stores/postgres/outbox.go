@@ -87,12 +87,31 @@ func derefTime(t *time.Time) time.Time {
 	return *t
 }
 
-func collect(rows pgx.Rows, err error) ([]core.OutboxRecord, error) {
-	if err != nil {
-		return nil, err
-	}
-	out, err := pgx.CollectRows(rows, scanRecord)
-	if err != nil {
+// idOrder makes the statements after it in its transaction (or pipelined
+// batch) read outbox rows through an index in id order, as a queue must:
+// at most LIMIT rows from the head of the pending (or stuck) index. Left to
+// itself, the planner does that only while the table's statistics are
+// right. On a table not analyzed yet, or analyzed while it was nearly empty
+// and filled since (a new store, a burst after a quiet spell), it expects a
+// handful of pending rows and plans a bitmap scan of all of them and a sort,
+// so every claim reads and sorts the whole backlog: 40 ms a claim at 20,000
+// rows, more the longer the backlog. The settings are local to the
+// transaction.
+const idOrder = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
+    set_config('enable_sort', 'off', true)`
+
+// collectInIDOrder runs sql, which returns recordCols, after idOrder in one
+// round trip, and returns its rows sorted by id.
+func (s *Store) collectInIDOrder(ctx context.Context, sql string, args ...any) ([]core.OutboxRecord, error) {
+	var out []core.OutboxRecord
+	q := &pgx.Batch{}
+	q.Queue(idOrder)
+	q.Queue(sql, args...).Query(func(rows pgx.Rows) error {
+		var err error
+		out, err = pgx.CollectRows(rows, scanRecord)
+		return err
+	})
+	if err := s.pool.SendBatch(ctx, q).Close(); err != nil {
 		return nil, err
 	}
 	slices.SortFunc(out, func(a, b core.OutboxRecord) int { return cmp.Compare(a.ID, b.ID) })
@@ -108,16 +127,19 @@ func (s *Store) ClaimBatch(ctx context.Context, owner string, n int, lease time.
 		return nil, err
 	}
 	now := s.opts.Now()
-	out, err := collect(s.pool.Query(ctx, `
-WITH c AS (`+claimableRows("o.id")+`)
-UPDATE acemq_outbox AS o SET lease_owner = $3, lease_until = $4
-FROM c WHERE o.id = c.id
-RETURNING `+recordCols, now, n, owner, now.Add(lease)))
+	out, err := s.collectInIDOrder(ctx, leaseClaimSQL, now, n, owner, now.Add(lease))
 	if err != nil {
 		return nil, fmt.Errorf("outbox relay %q: claim batch: %w", owner, err)
 	}
 	return out, nil
 }
+
+// leaseClaimSQL leases the claimable rows to $3 until $4.
+var leaseClaimSQL = `
+WITH c AS (` + claimableRows("o.id") + `)
+UPDATE acemq_outbox AS o SET lease_owner = $3, lease_until = $4
+FROM c WHERE o.id = c.id
+RETURNING ` + recordCols
 
 // checkClaim refuses a claim without an owner, rows or lease.
 func checkClaim(owner string, n int, lease time.Duration) error {
@@ -194,8 +216,7 @@ RETURNING stuck_at IS NOT NULL`, reason, s.opts.OutboxMaxAttempts, now.Add(s.opt
 
 // ListPending implements stores.OutboxRelay.
 func (s *Store) ListPending(ctx context.Context, limit int) ([]core.OutboxRecord, error) {
-	out, err := collect(s.pool.Query(ctx, `SELECT `+recordCols+` FROM acemq_outbox AS o
-WHERE o.published_at IS NULL AND o.stuck_at IS NULL ORDER BY o.id LIMIT $1`, sqlLimit(limit)))
+	out, err := s.collectInIDOrder(ctx, listPendingSQL, sqlLimit(limit))
 	if err != nil {
 		return nil, fmt.Errorf("list pending outbox rows: %w", err)
 	}
@@ -204,13 +225,20 @@ WHERE o.published_at IS NULL AND o.stuck_at IS NULL ORDER BY o.id LIMIT $1`, sql
 
 // ListStuck implements stores.OutboxRelay.
 func (s *Store) ListStuck(ctx context.Context, limit int) ([]core.OutboxRecord, error) {
-	out, err := collect(s.pool.Query(ctx, `SELECT `+recordCols+` FROM acemq_outbox AS o
-WHERE o.stuck_at IS NOT NULL AND o.published_at IS NULL ORDER BY o.id LIMIT $1`, sqlLimit(limit)))
+	out, err := s.collectInIDOrder(ctx, listStuckSQL, sqlLimit(limit))
 	if err != nil {
 		return nil, fmt.Errorf("list stuck outbox rows: %w", err)
 	}
 	return out, nil
 }
+
+// The rows `outbox list` shows, oldest first, at most $1.
+const (
+	listPendingSQL = `SELECT ` + recordCols + ` FROM acemq_outbox AS o
+WHERE o.published_at IS NULL AND o.stuck_at IS NULL ORDER BY o.id LIMIT $1`
+	listStuckSQL = `SELECT ` + recordCols + ` FROM acemq_outbox AS o
+WHERE o.stuck_at IS NOT NULL AND o.published_at IS NULL ORDER BY o.id LIMIT $1`
+)
 
 // sqlLimit turns "no limit" into NULL, which LIMIT reads as ALL.
 func sqlLimit(limit int) *int64 {

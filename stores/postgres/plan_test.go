@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/acemq/acemq-flow/stores/internal/core"
 	"github.com/acemq/acemq-flow/test/testenv"
 )
@@ -104,4 +106,94 @@ func explain(t *testing.T, s *Store, sql string, args ...any) (string, error) {
 		b.WriteString(line + "\n")
 	}
 	return b.String(), rows.Err()
+}
+
+// TestOutboxReadsWalkTheIndexInIDOrder checks the plans of the outbox
+// claims and listings on a backlog of 20,000 rows, as the store
+// sends them: each must take the first rows of the pending (or stuck) index
+// in id order, never read and sort the whole backlog. It covers a table
+// never analyzed (a new store), one analyzed while nothing was pending and
+// filled since (a burst after a quiet spell), and one with fresh
+// statistics; on the first two the planner, left alone, sorts.
+func TestOutboxReadsWalkTheIndexInIDOrder(t *testing.T) {
+	ctx := t.Context()
+	s, err := Open(ctx, testenv.PostgresSchema(t), core.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.pool.Exec(ctx, "ALTER TABLE acemq_outbox SET (autovacuum_enabled = false)"); err != nil {
+		t.Fatal(err)
+	}
+	const backlog = 20000
+	fill := func() {
+		t.Helper()
+		if _, err := s.pool.Exec(ctx, `INSERT INTO acemq_outbox (routing_key, body)
+SELECT 'q', convert_to(repeat('x', 1024), 'UTF8') FROM generate_series(1, $1)`, backlog); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exec := func(sql string) {
+		t.Helper()
+		if _, err := s.pool.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now := time.Now()
+	statements := []struct {
+		name, sql, index string
+		args             []any
+	}{
+		{"leased claim", leaseClaimSQL, "acemq_outbox_pending", []any{now, 100, "relay", now.Add(time.Minute)}},
+		{"locked claim", claimableRows(recordCols), "acemq_outbox_pending", []any{now, 100}},
+		{"list pending", listPendingSQL, "acemq_outbox_pending", []any{100}},
+		{"list stuck", listStuckSQL, "acemq_outbox_stuck", []any{100}},
+	}
+	check := func(stats string) {
+		t.Helper()
+		for _, st := range statements {
+			plan := explainInIDOrder(t, s, st.sql, st.args...)
+			for _, bad := range []string{"Sort", "Bitmap", "Seq Scan"} {
+				if strings.Contains(plan, bad) {
+					t.Errorf("%s on a backlog of %d rows (%s): the plan has a %s; want an index scan of %s in id order:\n%s",
+						st.name, backlog, stats, bad, st.index, plan)
+				}
+			}
+			if !strings.Contains(plan, "Index Scan using "+st.index) {
+				t.Errorf("%s (%s): the plan does not scan %s:\n%s", st.name, stats, st.index, plan)
+			}
+		}
+	}
+	fill()
+	check("never analyzed")
+	exec("UPDATE acemq_outbox SET published_at = now()")
+	exec("ANALYZE acemq_outbox")
+	fill()
+	check("analyzed while nothing was pending")
+	exec("ANALYZE acemq_outbox")
+	check("fresh statistics")
+}
+
+// explainInIDOrder returns the plan of sql as the store runs it: after
+// idOrder, in one batch.
+func explainInIDOrder(t *testing.T, s *Store, sql string, args ...any) string {
+	t.Helper()
+	var b strings.Builder
+	q := &pgx.Batch{}
+	q.Queue(idOrder)
+	q.Queue("EXPLAIN "+sql, args...).Query(func(rows pgx.Rows) error {
+		var line string
+		_, err := pgx.ForEachRow(rows, []any{&line}, func() error {
+			b.WriteString(line + "\n")
+			return nil
+		})
+		return err
+	})
+	if err := s.pool.SendBatch(t.Context(), q).Close(); err != nil {
+		t.Fatalf("EXPLAIN %s: %v", sql, err)
+	}
+	return b.String()
 }
