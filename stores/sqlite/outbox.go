@@ -104,22 +104,47 @@ func collect(rows *sql.Rows, err error) ([]core.OutboxRecord, error) {
 	return out, nil
 }
 
+// The relay's statements name the partial index they walk. Statistics
+// gathered while a backlog was pending (ANALYZE, PRAGMA optimize) make the
+// planner prefer a scan of the whole table, published rows included, and a
+// claim holds the write lock for as long as its scan takes. With INDEXED BY
+// the planner has no such choice: a statement walks its index, or fails to
+// prepare if its WHERE clause stops implying the index's predicate in
+// migrations/0002_outbox.sql. plan_test.go checks the plans.
+const (
+	outboxClaimSQL = `
+UPDATE acemq_outbox SET lease_owner = ?1, lease_until = ?2
+WHERE id IN (
+    SELECT id FROM acemq_outbox INDEXED BY acemq_outbox_pending
+    WHERE published_at IS NULL AND stuck_at IS NULL AND (lease_until IS NULL OR lease_until <= ?3)
+    ORDER BY id LIMIT ?4)
+RETURNING ` + recordCols
+
+	outboxPendingSQL = `SELECT ` + recordCols + ` FROM acemq_outbox INDEXED BY acemq_outbox_pending
+WHERE published_at IS NULL AND stuck_at IS NULL ORDER BY id LIMIT ?`
+
+	outboxStuckSQL = `SELECT ` + recordCols + ` FROM acemq_outbox INDEXED BY acemq_outbox_stuck
+WHERE stuck_at IS NOT NULL AND published_at IS NULL ORDER BY id LIMIT ?`
+)
+
 // ClaimBatch implements stores.OutboxRelay. SQLite has one writer at a time,
 // so the UPDATE alone keeps two relays off the same rows.
 func (s *Store) ClaimBatch(ctx context.Context, owner string, n int, lease time.Duration) ([]core.OutboxRecord, error) {
 	if owner == "" || n <= 0 || lease <= 0 {
 		return nil, fmt.Errorf("outbox claim batch: owner must be set and n %d and lease %s positive", n, lease)
 	}
-	now := s.opts.Now()
-	out, err := collect(s.db.QueryContext(ctx, `
-UPDATE acemq_outbox SET lease_owner = ?1, lease_until = ?2
-WHERE id IN (
-    SELECT id FROM acemq_outbox
-    WHERE published_at IS NULL AND stuck_at IS NULL AND (lease_until IS NULL OR lease_until <= ?3)
-    ORDER BY id LIMIT ?4)
-RETURNING `+recordCols, owner, now.Add(lease).UnixMilli(), now.UnixMilli(), n))
+	var out []core.OutboxRecord
+	err := s.inTx(ctx, fmt.Sprintf("outbox relay %q: claim batch", owner), func(tx *sql.Tx) error {
+		// The clock is read once the write lock is held: a claim that
+		// waited for the lock still gets its whole lease, and does not
+		// hand out rows already expired to the next relay.
+		now := s.opts.Now()
+		var err error
+		out, err = collect(tx.QueryContext(ctx, outboxClaimSQL, owner, now.Add(lease).UnixMilli(), now.UnixMilli(), n))
+		return err
+	})
 	if err != nil {
-		return nil, fmt.Errorf("outbox relay %q: claim batch: %w", owner, err)
+		return nil, err
 	}
 	return out, nil
 }
@@ -168,9 +193,12 @@ WHERE NOT EXISTS (SELECT 1 FROM acemq_outbox o WHERE o.id = j.value AND o.publis
 
 // MarkFailed implements stores.OutboxRelay.
 func (s *Store) MarkFailed(ctx context.Context, id int64, owner, reason string) (bool, error) {
-	now := s.opts.Now()
-	var stuck bool
-	err := s.db.QueryRowContext(ctx, `
+	var stuck, lost bool
+	err := s.inTx(ctx, fmt.Sprintf("outbox relay %q: mark row %d failed", owner, id), func(tx *sql.Tx) error {
+		// The clock is read under the write lock, as in ClaimBatch, so that
+		// the retry delay starts when the row is marked, not before the wait.
+		now := s.opts.Now()
+		err := tx.QueryRowContext(ctx, `
 UPDATE acemq_outbox SET
     attempts = attempts + 1,
     last_error = ?1,
@@ -179,20 +207,25 @@ UPDATE acemq_outbox SET
     stuck_at = CASE WHEN attempts + 1 >= ?2 THEN ?4 ELSE NULL END
 WHERE id = ?5 AND lease_owner = ?6 AND published_at IS NULL AND stuck_at IS NULL
 RETURNING stuck_at IS NOT NULL`, reason, s.opts.OutboxMaxAttempts, now.Add(s.opts.OutboxRetryDelay).UnixMilli(),
-		now.UnixMilli(), id, owner).Scan(&stuck)
-	if errors.Is(err, sql.ErrNoRows) {
-		return false, &core.LeaseLostError{Owner: owner, IDs: []int64{id}}
-	}
+			now.UnixMilli(), id, owner).Scan(&stuck)
+		if errors.Is(err, sql.ErrNoRows) {
+			lost = true
+			return nil
+		}
+		return err
+	})
 	if err != nil {
-		return false, fmt.Errorf("outbox relay %q: mark row %d failed: %w", owner, id, err)
+		return false, err
+	}
+	if lost {
+		return false, &core.LeaseLostError{Owner: owner, IDs: []int64{id}}
 	}
 	return stuck, nil
 }
 
 // ListPending implements stores.OutboxRelay.
 func (s *Store) ListPending(ctx context.Context, limit int) ([]core.OutboxRecord, error) {
-	out, err := collect(s.db.QueryContext(ctx, `SELECT `+recordCols+` FROM acemq_outbox
-WHERE published_at IS NULL AND stuck_at IS NULL ORDER BY id LIMIT ?`, sqlLimit(limit)))
+	out, err := collect(s.db.QueryContext(ctx, outboxPendingSQL, sqlLimit(limit)))
 	if err != nil {
 		return nil, fmt.Errorf("list pending outbox rows: %w", err)
 	}
@@ -201,8 +234,7 @@ WHERE published_at IS NULL AND stuck_at IS NULL ORDER BY id LIMIT ?`, sqlLimit(l
 
 // ListStuck implements stores.OutboxRelay.
 func (s *Store) ListStuck(ctx context.Context, limit int) ([]core.OutboxRecord, error) {
-	out, err := collect(s.db.QueryContext(ctx, `SELECT `+recordCols+` FROM acemq_outbox
-WHERE stuck_at IS NOT NULL AND published_at IS NULL ORDER BY id LIMIT ?`, sqlLimit(limit)))
+	out, err := collect(s.db.QueryContext(ctx, outboxStuckSQL, sqlLimit(limit)))
 	if err != nil {
 		return nil, fmt.Errorf("list stuck outbox rows: %w", err)
 	}

@@ -23,6 +23,9 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 
@@ -76,6 +79,17 @@ func Open(ctx context.Context, path string, opts core.Options) (*Store, error) {
 		return nil, errors.New("open sqlite store: empty path")
 	case strings.ContainsRune(path, '?') || strings.Contains(path, ":memory:") || strings.HasPrefix(path, "file:"):
 		return nil, fmt.Errorf("open sqlite store %q: want a plain file path (for a throwaway store use memory:)", path)
+	}
+	// SQLite creates the file but not its directory, and says only "unable
+	// to open database file" when the directory is missing.
+	if dir := filepath.Dir(path); dir != "." {
+		fi, err := os.Stat(dir)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			return nil, fmt.Errorf("open sqlite store %q: directory %q does not exist; create it or choose another path", path, dir)
+		case err == nil && !fi.IsDir():
+			return nil, fmt.Errorf("open sqlite store %q: %q is a file, not a directory; choose another path", path, dir)
+		}
 	}
 	db, err := sql.Open("sqlite", DSN(path, o.LockTimeout.Milliseconds()))
 	if err != nil {
