@@ -697,6 +697,9 @@ func (r *Relay) release(n int) {
 // properties column. Nothing is decoded or re-encoded but the headers, whose
 // JSON values become the AMQP values they denote.
 func outboxMessage(rec *stores.OutboxRecord) (broker.Message, error) {
+	if rec.Invalid != nil {
+		return broker.Message{}, fmt.Errorf("%w; correct the row's properties column as the outbox table's contract says (stores/README.md)", rec.Invalid)
+	}
 	p := rec.Properties
 	headers, err := headerTable(p.Headers)
 	if err != nil {

@@ -520,6 +520,79 @@ func unroutableBecomesStuck(t *testing.T, e *relayEnv, st stores.OutboxRelay, rs
 	}
 }
 
+// TestRelayUnreadablePropertiesFailOnlyTheirRecord writes, among good
+// records, a row whose properties column holds a value of the wrong type,
+// as a program in another language may: the relay publishes the others
+// and the row ends stuck with the reason, on a leasing store (SQLite) and
+// on one that claims with locks (PostgreSQL). A store that failed the
+// whole claim on that row held up every record claimed with it forever.
+func TestRelayUnreadablePropertiesFailOnlyTheirRecord(t *testing.T) {
+	const limit = 2
+	opts := stores.Options{OutboxMaxAttempts: limit, OutboxRetryDelay: time.Millisecond}
+	const badProps = `{"message_id": "bad-1", "priority": "high"}`
+	t.Run("leased", func(t *testing.T) {
+		e := newRelayEnv(t)
+		q := e.queue("out")
+		st := storetest.OpenSQLite(t, opts)
+		recs := records(20, q)
+		addSQLite(t, st, recs[:10]...)
+		if _, err := st.DB().ExecContext(t.Context(), `INSERT INTO acemq_outbox (routing_key, body, properties) VALUES (?, ?, ?)`,
+			q, []byte(`{}`), badProps); err != nil {
+			t.Fatal(err)
+		}
+		addSQLite(t, st, recs[10:]...)
+		ws := watch(st)
+		unreadableFailsAlone(t, e, q, st, ws, ws, limit)
+	})
+	t.Run("locked", func(t *testing.T) {
+		e := newRelayEnv(t)
+		q := e.queue("out")
+		st := storetest.OpenPostgres(t, opts)
+		recs := records(20, q)
+		addPostgres(t, st, recs[:10]...)
+		if _, err := st.Pool().Exec(t.Context(), `INSERT INTO acemq_outbox (routing_key, body, properties) VALUES ($1, $2, $3::jsonb)`,
+			q, []byte(`{}`), badProps); err != nil {
+			t.Fatal(err)
+		}
+		addPostgres(t, st, recs[10:]...)
+		lw := watchLocked(st)
+		unreadableFailsAlone(t, e, q, st, lw, lw.watchedStore, limit)
+	})
+}
+
+func unreadableFailsAlone(t *testing.T, e *relayEnv, q string, st stores.OutboxRelay, rs relayStore, ws *watchedStore, limit int) {
+	dels := e.consume(q)
+	r, err := NewRelay(rs, e.publisher("relay"), RelayOptions{Poll: 5 * time.Millisecond, Exchanges: e.topo, Log: e.log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runRelay(t, r)
+	for _, d := range receive(t, dels, 20) {
+		if d.MessageId == "bad-1" {
+			t.Errorf("the row with unreadable properties was published")
+		}
+	}
+	waitMarked(t, ws.marked, 20)
+	for i := 1; i <= limit; i++ {
+		select {
+		case stuck := <-ws.failed:
+			if stuck != (i == limit) {
+				t.Fatalf("failure %d: stuck = %v, want %v", i, stuck, i == limit)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("failure %d of the unreadable row not recorded within 30s", i)
+		}
+	}
+	stuck, err := st.ListStuck(t.Context(), 0)
+	if err != nil {
+		t.Fatalf("ListStuck: %v (an unreadable row must not fail the listing)", err)
+	}
+	if len(stuck) != 1 || stuck[0].Invalid == nil || !strings.Contains(stuck[0].LastError, "priority") ||
+		!strings.Contains(stuck[0].LastError, "properties column") {
+		t.Fatalf("ListStuck = %+v, want the unreadable row, marked invalid, its reason naming the priority and the properties column", stuck)
+	}
+}
+
 func TestRelayMissingExchangeFailsOnlyItsRecord(t *testing.T) {
 	e := newRelayEnv(t)
 	q := e.queue("out")

@@ -92,6 +92,9 @@ func renderOutbox(w io.Writer, what string, recs []stores.OutboxRecord, now time
 			body += "…"
 		}
 		lastErr := r.LastError
+		if r.Invalid != nil && lastErr == "" {
+			lastErr = r.Invalid.Error()
+		}
 		if lastErr == "" {
 			lastErr = "-"
 		}

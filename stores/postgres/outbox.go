@@ -65,7 +65,8 @@ func scanRecord(row pgx.CollectableRow) (core.OutboxRecord, error) {
 	}
 	p, err := core.DecodeProperties([]byte(props))
 	if err != nil {
-		return r, fmt.Errorf("outbox row %d: %w", r.ID, err)
+		// One unreadable row must not fail the batch claimed with it.
+		r.Invalid = fmt.Errorf("outbox row %d: %w", r.ID, err)
 	}
 	r.Properties, r.Attempts = p, int(attempts)
 	r.LastError, r.LeaseOwner = deref(lastErr), deref(owner)

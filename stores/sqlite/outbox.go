@@ -68,7 +68,8 @@ func scanRecord(sc scanner) (core.OutboxRecord, error) {
 	}
 	p, err := core.DecodeProperties([]byte(props))
 	if err != nil {
-		return r, fmt.Errorf("outbox row %d: %w", r.ID, err)
+		// One unreadable row must not fail the batch claimed with it.
+		r.Invalid = fmt.Errorf("outbox row %d: %w", r.ID, err)
 	}
 	r.Properties = p
 	r.CreatedAt = time.UnixMilli(created)

@@ -23,6 +23,14 @@ type OutboxRecord struct {
 	LeaseUntil  time.Time
 	PublishedAt time.Time
 	StuckAt     time.Time
+	// Invalid is why the row's properties column could not be read (a row
+	// written by another program with a value of the wrong type, such as a
+	// string priority); nil for a readable row. A store hands such a row out
+	// like any other, so that it neither fails the rows claimed with it nor
+	// hides them from a listing; the relay does not publish it but records
+	// a failed attempt with this reason, so it ends stuck, listed with its
+	// reason by `acemq-flow outbox list --stuck`.
+	Invalid error
 }
 
 // Stuck reports whether the store stopped handing the record out.
