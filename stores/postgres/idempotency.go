@@ -317,11 +317,35 @@ func (s *Store) Release(ctx context.Context, key string, token core.Token) error
 	return cur.stale(core.Held{Key: key, Token: token})
 }
 
-// PurgeExpired implements stores.Idempotency.
+// purgeExpiredSQL deletes at most $2 rows expired at $1. It takes each
+// row's lock before deleting it and skips rows locked by someone else:
+// claims and confirms lock their rows in key order, and may be taking over
+// or confirming the very rows the purge deletes, so a purge that waited for
+// them, in the order of the index it reads, deadlocked with them (one of
+// them aborted, often the whole purge). A row skipped is being claimed or
+// confirmed, and is gone or no longer expired once that commits; if not,
+// the next purge takes it.
+const purgeExpiredSQL = `
+DELETE FROM acemq_idempotency WHERE ctid = ANY(ARRAY(
+    SELECT ctid FROM acemq_idempotency WHERE expires_at <= $1
+    LIMIT $2 FOR UPDATE SKIP LOCKED))`
+
+// purgeBatch bounds the rows one purge statement deletes, so that a large
+// purge holds its locks and its transaction briefly, batch after batch.
+const purgeBatch = 10000
+
+// PurgeExpired implements stores.Idempotency, in batches of purgeBatch rows
+// that never wait for a claim or a confirm.
 func (s *Store) PurgeExpired(ctx context.Context) (int64, error) {
-	tag, err := s.pool.Exec(ctx, `DELETE FROM acemq_idempotency WHERE expires_at <= $1`, s.opts.Now())
-	if err != nil {
-		return 0, fmt.Errorf("purge expired idempotency rows: %w", err)
+	var total int64
+	for {
+		tag, err := s.pool.Exec(ctx, purgeExpiredSQL, s.opts.Now(), purgeBatch)
+		if err != nil {
+			return total, fmt.Errorf("purge expired idempotency rows (%d purged before the failure): %w", total, err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < purgeBatch {
+			return total, nil
+		}
 	}
-	return tag.RowsAffected(), nil
 }
