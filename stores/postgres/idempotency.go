@@ -330,9 +330,10 @@ DELETE FROM acemq_idempotency WHERE ctid = ANY(ARRAY(
     SELECT ctid FROM acemq_idempotency WHERE expires_at <= $1
     LIMIT $2 FOR UPDATE SKIP LOCKED))`
 
-// purgeBatch bounds the rows one purge statement deletes, so that a large
-// purge holds its locks and its transaction briefly, batch after batch.
-const purgeBatch = 10000
+// purgeBatch bounds the rows one purge statement deletes (or, for the
+// outbox, reads), so that a large purge holds its locks and its transaction
+// briefly, batch after batch. A variable for the tests.
+var purgeBatch = 10000
 
 // PurgeExpired implements stores.Idempotency, in batches of purgeBatch rows
 // that never wait for a claim or a confirm.
@@ -344,7 +345,7 @@ func (s *Store) PurgeExpired(ctx context.Context) (int64, error) {
 			return total, fmt.Errorf("purge expired idempotency rows (%d purged before the failure): %w", total, err)
 		}
 		total += tag.RowsAffected()
-		if tag.RowsAffected() < purgeBatch {
+		if tag.RowsAffected() < int64(purgeBatch) {
 			return total, nil
 		}
 	}

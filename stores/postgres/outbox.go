@@ -251,10 +251,44 @@ func sqlLimit(limit int) *int64 {
 }
 
 // PurgePublished implements stores.OutboxRelay.
+//
+// No index covers published_at (one would cost every published row an
+// index entry): the purge walks the table in id order instead, purgeBatch
+// rows a statement, and stops at the first row written at or after before,
+// as no row written later can have been published before it. So a purge
+// reads the rows old enough to go, and the few after them, not the whole
+// table. (A row that got its id after a row written later, by a long
+// transaction, or one written by a database whose clock runs ahead of the
+// relay's, may wait for a later purge.)
 func (s *Store) PurgePublished(ctx context.Context, before time.Time) (int64, error) {
-	tag, err := s.pool.Exec(ctx, `DELETE FROM acemq_outbox WHERE published_at IS NOT NULL AND published_at < $1`, before)
-	if err != nil {
-		return 0, fmt.Errorf("purge published outbox rows: %w", err)
+	var total, after int64
+	for {
+		var n, last int64
+		var done bool
+		q := &pgx.Batch{}
+		q.Queue(idOrder)
+		q.Queue(purgePublishedSQL, after, before, purgeBatch).QueryRow(func(r pgx.Row) error { return r.Scan(&n, &last, &done) })
+		if err := s.pool.SendBatch(ctx, q).Close(); err != nil {
+			return total, fmt.Errorf("purge published outbox rows (%d purged before the failure): %w", total, err)
+		}
+		total += n
+		if done || last == 0 {
+			return total, nil
+		}
+		after = last
 	}
-	return tag.RowsAffected(), nil
 }
+
+// purgePublishedSQL deletes, of the $3 rows after id $1, those published
+// before $2, and returns how many it deleted, the last id it read (0 when
+// none) and whether it read a row written at or after $2.
+const purgePublishedSQL = `
+WITH batch AS MATERIALIZED (
+    SELECT id, created_at, published_at FROM acemq_outbox WHERE id > $1 ORDER BY id LIMIT $3
+), gone AS (
+    DELETE FROM acemq_outbox AS o USING batch AS b
+    WHERE o.id = b.id AND b.published_at < $2
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM gone), coalesce((SELECT max(id) FROM batch), 0),
+    coalesce((SELECT bool_or(created_at >= $2) FROM batch), false)`

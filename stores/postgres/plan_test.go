@@ -109,12 +109,13 @@ func explain(t *testing.T, s *Store, sql string, args ...any) (string, error) {
 }
 
 // TestOutboxReadsWalkTheIndexInIDOrder checks the plans of the outbox
-// claims and listings on a backlog of 20,000 rows, as the store
-// sends them: each must take the first rows of the pending (or stuck) index
-// in id order, never read and sort the whole backlog. It covers a table
-// never analyzed (a new store), one analyzed while nothing was pending and
-// filled since (a burst after a quiet spell), and one with fresh
-// statistics; on the first two the planner, left alone, sorts.
+// claims, listings and purge on a backlog of 20,000 rows, as the store
+// sends them: each must take the first rows of its index (pending, stuck, or
+// for the purge the primary key) in id order, never read and sort the whole
+// backlog. It covers a table never analyzed (a new store), one analyzed
+// while nothing was pending and filled since (a burst after a quiet spell),
+// and one with fresh statistics; on the first two the planner, left alone,
+// sorts.
 func TestOutboxReadsWalkTheIndexInIDOrder(t *testing.T) {
 	ctx := t.Context()
 	s, err := Open(ctx, testenv.PostgresSchema(t), core.Options{})
@@ -151,6 +152,7 @@ SELECT 'q', convert_to(repeat('x', 1024), 'UTF8') FROM generate_series(1, $1)`, 
 		{"locked claim", claimableRows(recordCols), "acemq_outbox_pending", []any{now, 100}},
 		{"list pending", listPendingSQL, "acemq_outbox_pending", []any{100}},
 		{"list stuck", listStuckSQL, "acemq_outbox_stuck", []any{100}},
+		{"purge published", purgePublishedSQL, "acemq_outbox_pkey", []any{0, now, 100}},
 	}
 	check := func(stats string) {
 		t.Helper()

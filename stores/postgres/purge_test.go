@@ -102,3 +102,88 @@ WHERE wait_event_type = 'Lock' AND query LIKE $1 AND datname = current_database(
 		return nil
 	})
 }
+
+// TestPurgesWorkInBatches purges more rows than one statement handles: the
+// idempotency purge takes every expired row, the outbox purge every row
+// published before the cut-off (none pending, stuck or published after it),
+// and the outbox purge's walk ends at the first row written after the
+// cut-off.
+func TestPurgesWorkInBatches(t *testing.T) {
+	ctx := t.Context()
+	s, err := Open(ctx, testenv.PostgresSchema(t), core.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	SetPurgeBatch(t, 7)
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		if _, err := s.pool.Exec(ctx, sql, args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now := time.Now()
+	exec(`INSERT INTO acemq_idempotency (key, state, token, claimed_at, expires_at)
+SELECT 'k' || g, 'confirmed', g, $1::timestamptz, $1::timestamptz + CASE WHEN g <= 30 THEN interval '-1 hour' ELSE interval '1 hour' END
+FROM generate_series(1, 40) g`, now)
+	if n, err := s.PurgeExpired(ctx); err != nil || n != 30 {
+		t.Fatalf("PurgeExpired = %d, %v; want the 30 expired rows", n, err)
+	}
+	var left int
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM acemq_idempotency WHERE expires_at <= $1`, now).Scan(&left); err != nil || left != 0 {
+		t.Fatalf("%d expired rows left (%v), want 0", left, err)
+	}
+
+	// Outbox rows 1-40, written two hours ago: 1-25 published two hours ago,
+	// 26-30 published just now, 31-35 stuck, 36-40 pending. Then rows 41-50,
+	// written now (published "two hours ago", which a real relay cannot do:
+	// it shows where the walk stops).
+	old := now.Add(-2 * time.Hour)
+	exec(`INSERT INTO acemq_outbox (routing_key, body, created_at, published_at, stuck_at)
+SELECT 'q', '\x00', $1::timestamptz,
+    CASE WHEN g <= 25 THEN $1::timestamptz WHEN g <= 30 THEN $2::timestamptz END,
+    CASE WHEN g BETWEEN 31 AND 35 THEN $1::timestamptz END
+FROM generate_series(1, 40) g ORDER BY g`, old, now)
+	exec(`INSERT INTO acemq_outbox (routing_key, body, created_at, published_at)
+SELECT 'q', '\x00', $1, $2 FROM generate_series(41, 50) g ORDER BY g`, now, old)
+	n, err := s.PurgePublished(ctx, now.Add(-time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The schema is the test's own: ids count from 1.
+	kept := map[int64]bool{}
+	rows, err := s.pool.Query(ctx, `SELECT id FROM acemq_outbox`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var row int64
+		if err := rows.Scan(&row); err != nil {
+			t.Fatal(err)
+		}
+		kept[row] = true
+	}
+	if rows.Err() != nil {
+		t.Fatal(rows.Err())
+	}
+	var gone []int64
+	for row := int64(1); row <= 50; row++ {
+		switch {
+		case row <= 25 && kept[row]:
+			t.Errorf("row %d, published before the cut-off, was not purged", row)
+		case row > 25 && row <= 40 && !kept[row]:
+			t.Errorf("row %d (published after the cut-off, stuck or pending) was purged", row)
+		case row > 40 && !kept[row]:
+			gone = append(gone, row)
+		}
+	}
+	if len(gone) == 10 {
+		t.Errorf("the purge walked past the first row written after the cut-off to the end of the table")
+	}
+	if n != int64(25+len(gone)) {
+		t.Errorf("PurgePublished = %d, want %d (the rows it deleted)", n, 25+len(gone))
+	}
+}
