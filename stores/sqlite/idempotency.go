@@ -203,10 +203,29 @@ func (s *Store) Release(ctx context.Context, key string, token core.Token) error
 }
 
 // PurgeExpired implements stores.Idempotency.
+//
+// It deletes purgeBatch rows a statement, so that a large purge holds the
+// write lock briefly, batch after batch, and other processes' claims do not
+// time out waiting for it.
 func (s *Store) PurgeExpired(ctx context.Context) (int64, error) {
-	res, err := s.db.ExecContext(ctx, `DELETE FROM acemq_idempotency WHERE expires_at <= ?`, s.opts.Now().UnixMilli())
-	if err != nil {
-		return 0, fmt.Errorf("purge expired idempotency rows: %w", err)
+	var total int64
+	for {
+		res, err := s.db.ExecContext(ctx, `DELETE FROM acemq_idempotency WHERE key IN (
+    SELECT key FROM acemq_idempotency WHERE expires_at <= ?1 LIMIT ?2)`, s.opts.Now().UnixMilli(), purgeBatch)
+		if err != nil {
+			return total, fmt.Errorf("purge expired idempotency rows (%d purged before the failure): %w", total, err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return total, fmt.Errorf("purge expired idempotency rows: %w", err)
+		}
+		total += n
+		if n < int64(purgeBatch) {
+			return total, nil
+		}
 	}
-	return res.RowsAffected()
 }
+
+// purgeBatch bounds the rows one purge statement deletes (or, for the
+// outbox, reads). A variable for the tests.
+var purgeBatch = 10000

@@ -250,10 +250,42 @@ func sqlLimit(limit int) int {
 }
 
 // PurgePublished implements stores.OutboxRelay.
+//
+// As on PostgreSQL, no index covers published_at: the purge walks the table
+// in id order, purgeBatch rows a transaction (so the write lock is held
+// briefly, batch after batch), and stops at the first row written at or
+// after before, as no row written later can have been published before it.
 func (s *Store) PurgePublished(ctx context.Context, before time.Time) (int64, error) {
-	res, err := s.db.ExecContext(ctx, `DELETE FROM acemq_outbox WHERE published_at IS NOT NULL AND published_at < ?`, before.UnixMilli())
-	if err != nil {
-		return 0, fmt.Errorf("purge published outbox rows: %w", err)
+	var total, after int64
+	cut := before.UnixMilli()
+	for {
+		var last sql.NullInt64
+		var done bool
+		err := s.inTx(ctx, fmt.Sprintf("purge published outbox rows (%d purged before the failure)", total), func(tx *sql.Tx) error {
+			var newer sql.NullBool
+			if err := tx.QueryRowContext(ctx, `SELECT max(id), max(created_at >= ?2) FROM (
+    SELECT id, created_at FROM acemq_outbox WHERE id > ?1 ORDER BY id LIMIT ?3)`, after, cut, purgeBatch).Scan(&last, &newer); err != nil {
+				return err
+			}
+			if !last.Valid {
+				return nil
+			}
+			done = newer.Bool
+			res, err := tx.ExecContext(ctx, `DELETE FROM acemq_outbox
+WHERE id > ?1 AND id <= ?2 AND published_at IS NOT NULL AND published_at < ?3`, after, last.Int64, cut)
+			if err != nil {
+				return err
+			}
+			n, err := res.RowsAffected()
+			total += n
+			return err
+		})
+		if err != nil {
+			return total, err
+		}
+		if done || !last.Valid {
+			return total, nil
+		}
+		after = last.Int64
 	}
-	return res.RowsAffected()
 }
