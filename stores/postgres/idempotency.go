@@ -77,12 +77,42 @@ func (s *Store) TryClaimBatch(ctx context.Context, reqs []core.ClaimRequest) ([]
 		var err error
 		todo, err = s.claimRound(ctx, reqs, leases, todo, out)
 		if err != nil {
-			return nil, err
+			return nil, s.releaseGranted(ctx, reqs, out, err)
 		}
 	}
 	core.Spread(out, firstOf)
 	return out, nil
 }
+
+// releaseGranted releases the claims a failed TryClaimBatch had taken
+// before it failed: each claim statement commits on its own, and the
+// caller, told only of the failure, holds no token to release them with.
+// Left, they would answer IN_PROGRESS to their own messages' retries until
+// their lease ended. It returns err, saying so if the release failed too.
+func (s *Store) releaseGranted(ctx context.Context, reqs []core.ClaimRequest, out []core.Claim, err error) error {
+	var keys []string
+	var tokens []int64
+	for i, c := range out {
+		if c.State == core.Claimed {
+			keys, tokens = append(keys, reqs[i].Key), append(tokens, int64(c.Token))
+		}
+	}
+	if len(keys) == 0 {
+		return err
+	}
+	// The failure may be ctx's own deadline: the release gets time of its own.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	if _, rerr := s.pool.Exec(rctx, `
+DELETE FROM acemq_idempotency AS i USING unnest($1::text[], $2::bigint[]) AS r(key, token)
+WHERE i.key = r.key AND i.token = r.token AND i.state = 'claimed'`, keys, tokens); rerr != nil {
+		return fmt.Errorf("%w (the %d claims it had taken could not be released either, and lapse with their lease: %v)", err, len(keys), rerr)
+	}
+	return err
+}
+
+// releaseTimeout bounds the release of a failed batch's claims.
+const releaseTimeout = 5 * time.Second
 
 // claimRound claims reqs[idx...] and fills out; it returns the indexes still
 // undecided.
