@@ -45,7 +45,7 @@ type group struct {
 	mDuration prometheus.Observer
 	mMessages map[string]prometheus.Counter
 	mDead     prometheus.Counter
-	bg        sync.WaitGroup // follow-up work started from confirm callbacks
+	bg        work // follow-up work started from confirm callbacks
 
 	mu       sync.Mutex // guards the fields below; held across start/stop/scale
 	state    string
