@@ -137,6 +137,9 @@ func Open(ctx context.Context, rawURL string, opts ConnOptions) (*Conn, error) {
 		}
 		return nil, fmt.Errorf("connection %q: invalid AMQP URL: %v", opts.Name, err)
 	}
+	if _, err := amqp.ParseURI(rawURL); err != nil {
+		return nil, fmt.Errorf("connection %q: invalid AMQP URL %s: %v", opts.Name, u.Redacted(), err)
+	}
 	pass, _ := u.User.Password()
 	c := &Conn{
 		url:      rawURL,
@@ -405,6 +408,15 @@ func (c *Conn) dialRetry(ctx context.Context, attempt int) (*amqp.Connection, er
 			return ac, nil
 		}
 		last = err
+		if n == 0 {
+			if refused := c.refusal(err); refused != nil {
+				// Waiting fixes neither a wrong password nor a missing
+				// vhost: a first connection fails at once. A connection
+				// lost later keeps trying (credentials can be put right
+				// while it waits).
+				return nil, refused
+			}
+		}
 		d := backoff(n, c.opts.BackoffMin, c.opts.BackoffMax)
 		c.log.Warn("connect failed", "url", c.redacted, "attempt", n+1, "error", err, "duration", d)
 		t := time.NewTimer(d)
@@ -418,6 +430,23 @@ func (c *Conn) dialRetry(ctx context.Context, attempt int) (*amqp.Connection, er
 			return nil, ErrClosed
 		}
 	}
+}
+
+// refusal returns err as a sentence when it is the broker refusing the
+// connection's user or vhost, nil otherwise.
+func (c *Conn) refusal(err error) error {
+	var ae *amqp.Error
+	code := 0
+	if errors.As(err, &ae) {
+		code = ae.Code
+	}
+	switch {
+	case errors.Is(err, amqp.ErrVhost), code == amqp.NotAllowed:
+		return fmt.Errorf("connection %q: the broker at %s refused the virtual host (%v); check that it exists and that the user may use it (rabbitmqctl list_permissions -p VHOST)", c.opts.Name, c.redacted, err)
+	case errors.Is(err, amqp.ErrCredentials), errors.Is(err, amqp.ErrSASL), code == amqp.AccessRefused:
+		return fmt.Errorf("connection %q: the broker at %s refused the user name and password (%v); correct them in the URL", c.opts.Name, c.redacted, err)
+	}
+	return nil
 }
 
 func (c *Conn) dial(ctx context.Context) (*amqp.Connection, error) {

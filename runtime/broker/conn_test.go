@@ -68,6 +68,45 @@ func TestPasswordNeverAppearsInErrorsOrLogs(t *testing.T) {
 	}
 }
 
+// TestOpenFailsAtOnceWhenTheBrokerRefuses: a wrong password, a vhost that
+// does not exist and a URL that is not AMQP cannot be fixed by waiting, so
+// a first connection fails at once, saying what to correct, rather than
+// retrying until its context ends (for `run`, forever).
+func TestOpenFailsAtOnceWhenTheBrokerRefuses(t *testing.T) {
+	base := testenv.AMQP(t)
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrongPass := *u
+	wrongPass.User = url.UserPassword("guest", "not-the-password")
+	noVhost := *u
+	noVhost.Path = "/" + testenv.Names(t) + "-no-such-vhost"
+	httpURL := *u
+	httpURL.Scheme = "http"
+	for _, tc := range []struct{ name, url, want string }{
+		{"wrong password", wrongPass.String(), "refused the user name and password"},
+		{"missing vhost", noVhost.String(), "refused the virtual host"},
+		{"not an AMQP URL", httpURL.String(), "invalid AMQP URL"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			c, err := Open(ctx, tc.url, ConnOptions{Name: testenv.Names(t), BackoffMin: 50 * time.Millisecond})
+			if err == nil {
+				c.Close()
+				t.Fatal("Open succeeded")
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("Open returned only when its context ended: %v", err)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Open error %q, want it to say %q", err, tc.want)
+			}
+		})
+	}
+}
+
 func TestConnReportsStateAndReconnects(t *testing.T) {
 	e := newEnv(t)
 	c := e.conn("watched")
