@@ -149,7 +149,7 @@ func writeError(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, ErrUnknownConsumer):
 		code = http.StatusNotFound
-	case errors.As(err, &br), errors.Is(err, ErrGroupSize):
+	case errors.As(err, &br), errors.Is(err, ErrGroupSize), errors.Is(err, ErrTooManyConsumers):
 		code = http.StatusBadRequest
 	}
 	writeJSON(w, code, map[string]string{"error": err.Error()})

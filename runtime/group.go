@@ -208,19 +208,22 @@ func (g *group) scale(n int) error {
 
 // setPrefetch changes the prefetch of every consumer of the group.
 func (g *group) setPrefetch(n int) error {
-	if n < 1 {
-		return errors.New("prefetch must be at least 1")
+	if n < 1 || n > maxPrefetch {
+		return badRequest{fmt.Errorf("consumer %q: prefetch %d is out of range; give 1 to %d", g.c.ID, n, maxPrefetch)}
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.prefetch = n
 	for _, m := range g.members {
 		if err := m.bc.SetPrefetch(n); err != nil {
 			return fmt.Errorf("consumer %q: set prefetch: %w", g.c.ID, err)
 		}
 	}
+	g.prefetch = n
 	return nil
 }
+
+// maxPrefetch is the largest prefetch basic.qos carries (a 16-bit count).
+const maxPrefetch = 65535
 
 // handle runs one delivery: check, call, decide, then publish what the
 // decision says and acknowledge only once every publish is confirmed.

@@ -76,13 +76,57 @@ func (r *Runtime) Stop(id string) error {
 }
 
 // Scale sets the number of consumers of a group. Scaling down blocks while
-// the removed consumers drain; 0 is refused.
+// the removed consumers drain; 0 is refused, and so is a size that would
+// take the runtime past MaxConsumers.
 func (r *Runtime) Scale(id string, n int) error {
 	g, err := r.group(id)
 	if err != nil {
 		return err
 	}
+	if n > 0 {
+		others := 0
+		for _, o := range r.groups {
+			if o != g {
+				o.mu.Lock()
+				others += o.size
+				o.mu.Unlock()
+			}
+		}
+		if others+n > MaxConsumers {
+			return fmt.Errorf("%w: consumer %q at %d would make %d consumers in this runtime, more than %d (each consumes on a channel of its own, on one connection); the most it can have now is %d",
+				ErrTooManyConsumers, id, n, others+n, MaxConsumers, MaxConsumers-others)
+		}
+	}
 	return g.scale(n)
+}
+
+// MaxConsumers bounds the consumers of one runtime, all group members
+// together: each consumes on a channel of its own, on the runtime's one
+// consuming connection, and RabbitMQ allows a connection 2,047 channels by
+// default (channel_max); the rest are left for topology checks. Past it,
+// channel opens fail, over and over, for every consumer on the connection.
+const MaxConsumers = 2000
+
+// ErrTooManyConsumers is returned when flows or a scale ask for more than
+// MaxConsumers consumers.
+var ErrTooManyConsumers = errors.New("too many consumers")
+
+// checkConsumerCount refuses flows whose consumer groups add up to more
+// than MaxConsumers.
+func checkConsumerCount(plan *Plan) error {
+	total, biggest := 0, -1
+	for i, c := range plan.Consumers {
+		total += max(c.Concurrency, 1)
+		if biggest < 0 || c.Concurrency > plan.Consumers[biggest].Concurrency {
+			biggest = i
+		}
+	}
+	if total <= MaxConsumers {
+		return nil
+	}
+	c := plan.Consumers[biggest]
+	return fmt.Errorf("%s: %w: the flows' concurrency adds up to %d consumers, more than the %d one runtime can run (each consumes on a channel of its own, on one connection); the largest is consumer %q with %d: lower concurrency, or split the flows across runtimes",
+		c.At, ErrTooManyConsumers, total, MaxConsumers, c.ID, c.Concurrency)
 }
 
 // Prefetch changes a group's prefetch, on its running consumers at once.

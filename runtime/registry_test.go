@@ -118,6 +118,17 @@ func TestRegistryStartsStopsScalesAndPauses(t *testing.T) {
 	if err := rt.Scale("p.a", 0); !errors.Is(err, runtime.ErrGroupSize) || err.Error() != "a group needs at least one consumer" {
 		t.Errorf("Scale(0) = %v, want %q", err, "a group needs at least one consumer")
 	}
+	// More consumers than one connection has channels for is refused,
+	// and so is a prefetch basic.qos cannot carry; neither is kept.
+	if err := rt.Scale("p.a", runtime.MaxConsumers); !errors.Is(err, runtime.ErrTooManyConsumers) {
+		t.Errorf("Scale(MaxConsumers) beside another group = %v, want ErrTooManyConsumers", err)
+	}
+	if err := rt.Prefetch("p.a", 70000); err == nil || !strings.Contains(err.Error(), "1 to 65535") {
+		t.Errorf("Prefetch(70000) = %v, want a refusal naming the range 1 to 65535", err)
+	}
+	if st, err := rt.Consumer(ctx, "p.a"); err != nil || st.Size != 1 || st.Prefetch == 70000 {
+		t.Errorf("after the refusals Consumer(p.a) = %+v, %v; want size 1 and the prefetch it had", st, err)
+	}
 	if err := rt.Prefetch("p.a", 7); err != nil {
 		t.Fatal(err)
 	}
@@ -258,5 +269,32 @@ func TestAdminBeyondLoopbackNeedsAToken(t *testing.T) {
 	}
 	if _, err := runtime.New(plan, runtime.Options{AMQPURL: "amqp://x", AdminAddr: "127.0.0.1:9464"}); err != nil {
 		t.Errorf("loopback without a token: %v", err)
+	}
+}
+
+// TestFlowsAskingForTooManyConsumersAreRefused: consumer groups adding up
+// to more consumers than one consuming connection has channels for are
+// refused before anything starts, naming the largest.
+func TestFlowsAskingForTooManyConsumersAreRefused(t *testing.T) {
+	set, err := spec.Load(testFS(`version: acemq.flow/v1
+name: big
+plugins:
+  k: {command: ./not-started}
+pipelines:
+  - name: p
+    steps:
+      - {name: a, handler: k.echo, concurrency: 1500}
+      - {name: b, handler: k.echo, concurrency: 600}
+`), "f.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := runtime.Compile(set.Flows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = runtime.New(plan, runtime.Options{AMQPURL: "amqp://guest:guest@127.0.0.1:5672/"})
+	if !errors.Is(err, runtime.ErrTooManyConsumers) || !strings.Contains(err.Error(), `"p.a" with 1500`) || !strings.Contains(err.Error(), "f.yaml:") {
+		t.Fatalf("New = %v, want ErrTooManyConsumers naming f.yaml and consumer p.a with 1500", err)
 	}
 }

@@ -118,6 +118,9 @@ func New(plan *Plan, opts Options) (*Runtime, error) {
 	if len(unsupported) > 0 {
 		return nil, fmt.Errorf("%w; remove these or run them elsewhere:\n  %s", ErrUnsupported, strings.Join(unsupported, "\n  "))
 	}
+	if err := checkConsumerCount(plan); err != nil {
+		return nil, err
+	}
 	if err := checkAdminExposure(opts); err != nil {
 		return nil, err
 	}
