@@ -53,6 +53,12 @@ func (a *adminClient) send(req *http.Request, out any) error {
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode == http.StatusUnauthorized {
+		if a.token == "" {
+			return fmt.Errorf("the runtime's admin API at %s needs a token for %s %s and none was given; set --admin-token or ACEMQ_ADMIN_TOKEN to the token the runtime was started with", a.base, method, path)
+		}
+		return fmt.Errorf("the runtime's admin API at %s rejected the token given by --admin-token or ACEMQ_ADMIN_TOKEN for %s %s; use the token the runtime was started with", a.base, method, path)
+	}
 	if resp.StatusCode >= 300 {
 		var e struct {
 			Error string `json:"error"`
@@ -131,8 +137,21 @@ while the removed consumers drain; a group needs at least one consumer.`,
 		},
 	}
 	list.Flags().StringVar(&format, "format", "text", "text or json")
+	// needID is the usage error of a subcommand called without its consumer
+	// id or with the wrong number of arguments.
+	needID := func(use string, n int) cobra.PositionalArgs {
+		return func(_ *cobra.Command, args []string) error {
+			switch {
+			case len(args) == 0:
+				return usage("name the consumer id: acemq-flow consumers %s; `acemq-flow consumers list` shows the ids", use)
+			case len(args) != n:
+				return usage("`acemq-flow consumers %s` takes %d argument(s), not %d", use, n, len(args))
+			}
+			return nil
+		}
+	}
 	simple := func(use, short, verb string) *cobra.Command {
-		return &cobra.Command{Use: use + " ID", Short: short, Args: cobra.ExactArgs(1), RunE: func(_ *cobra.Command, args []string) error {
+		return &cobra.Command{Use: use + " ID", Short: short, Args: needID(use+" ID", 1), RunE: func(_ *cobra.Command, args []string) error {
 			if err := client().do("POST", "/v1/consumers/"+url.PathEscape(args[0])+"/"+verb, nil); err != nil {
 				return failed("%v", err)
 			}
@@ -140,11 +159,20 @@ while the removed consumers drain; a group needs at least one consumer.`,
 			return nil
 		}}
 	}
-	number := func(use, short, verb, param string) *cobra.Command {
-		return &cobra.Command{Use: use + " ID N", Short: short, Args: cobra.ExactArgs(2), RunE: func(_ *cobra.Command, args []string) error {
+	// number is a subcommand that sets param to N, lo ≤ N ≤ hi (hi 0: no
+	// upper bound); why says where the range comes from.
+	number := func(use, short, verb, param string, lo, hi int, why string) *cobra.Command {
+		valid := fmt.Sprintf("%d or more", lo)
+		if hi > 0 {
+			valid = fmt.Sprintf("from %d to %d", lo, hi)
+		}
+		return &cobra.Command{Use: use + " ID N", Short: short, Args: needID(use+" ID N", 2), RunE: func(_ *cobra.Command, args []string) error {
 			n, err := strconv.Atoi(args[1])
 			if err != nil {
-				return usage("%s %q is not a whole number", param, args[1])
+				return usage("%s %q is not a whole number; give %s", param, args[1], valid)
+			}
+			if n < lo || (hi > 0 && n > hi) {
+				return usage("%s must be %s (%s), not %d", param, valid, why, n)
 			}
 			path := fmt.Sprintf("/v1/consumers/%s/%s?%s=%d", url.PathEscape(args[0]), verb, param, n)
 			if err := client().do("POST", path, nil); err != nil {
@@ -157,8 +185,10 @@ while the removed consumers drain; a group needs at least one consumer.`,
 	cmd.AddCommand(list,
 		simple("start", "Start a consumer (its queue is checked again)", "start"),
 		simple("stop", "Drain and stop a consumer", "stop"),
-		number("scale", "Set how many consumers the group runs", "scale", "size"),
-		number("prefetch", "Change a consumer's prefetch", "prefetch", "prefetch"),
+		number("scale", "Set how many consumers the group runs", "scale", "size", 1, 0,
+			"a group needs at least one consumer"),
+		number("prefetch", "Change a consumer's prefetch", "prefetch", "prefetch", 1, 65535,
+			"basic.qos counts unacknowledged messages in 16 bits"),
 	)
 	return cmd
 }

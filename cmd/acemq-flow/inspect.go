@@ -25,9 +25,13 @@ func newInspectCmd(s streams) *cobra.Command {
 route position or the carried slip (done ✓ with times in UTC, the current
 stop in brackets, then the rest), and the first 200 bytes of the payload.
 
-The messages are read with basic.get and all put back when the command ends;
-a classic queue (.dlq and .parked are) keeps their order. On a quorum queue
-each message looked at counts one delivery against its x-delivery-limit.
+The messages are read with basic.get and all put back when the command ends.
+A classic queue (.dlq and .parked are classic) keeps them in their places.
+On a quorum queue, putting them back may change their order, and each
+inspect counts one delivery of each message shown, as a failed delivery
+does: a message inspected until its deliveries pass the queue's delivery
+limit (x-delivery-limit) is dead-lettered. Use --limit 0 on a quorum queue
+to see its depth alone.
 
 Environment: ACEMQ_AMQP_URL (--amqp).`,
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -57,7 +61,7 @@ Environment: ACEMQ_AMQP_URL (--amqp).`,
 		},
 	}
 	f := cmd.Flags()
-	f.IntVar(&limit, "limit", 10, "show at most this many messages")
+	f.IntVar(&limit, "limit", 10, "show at most this many messages (0: the depth only; on a quorum queue each message shown counts one delivery)")
 	f.StringVar(&format, "format", "text", "output format: text or json")
 	amqpFlag(f, &amqpURL)
 	return cmd

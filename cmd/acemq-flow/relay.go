@@ -47,8 +47,14 @@ Environment: ACEMQ_STORE_URL (--store), ACEMQ_AMQP_URL (--amqp).`,
 			if backend == "memory" {
 				return usage("--store: the relay publishes what other processes wrote, which a memory: store cannot hold; use postgres://… or sqlite:PATH")
 			}
-			if opts.Batch <= 0 || opts.Lease <= 0 || opts.Poll <= 0 {
-				return usage("--batch, --lease and --poll must be positive")
+			if opts.Batch <= 0 {
+				return usage("--batch must be 1 or more, not %d", opts.Batch)
+			}
+			if opts.Lease <= 0 {
+				return usage("--lease must be a positive duration (15s, say), not %s", opts.Lease)
+			}
+			if opts.Poll <= 0 {
+				return usage("--poll must be a positive duration (200ms, say), not %s", opts.Poll)
 			}
 			set, err := openStore(cmd.Context(), storeURL, 0, false)
 			if err != nil {

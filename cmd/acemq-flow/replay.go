@@ -32,7 +32,9 @@ broker confirmed and routed its publish. Only the messages in QUEUE when the
 replay starts are moved.
 
 --dry-run reads every message, prints what would happen, and puts them all
-back in their order.
+back: a classic queue (.dlq and .parked are classic) keeps them in their
+places, while a quorum queue may change their order and counts the look as
+one delivery of each message.
 
 Environment: ACEMQ_AMQP_URL (--amqp).`,
 		Args: func(cmd *cobra.Command, args []string) error {

@@ -126,7 +126,7 @@ ACEMQ_ADMIN_TOKEN (--admin-token), ACEMQ_STORE_URL (--store).`,
 	f.StringVar(&storeURL, "store", envOr("ACEMQ_STORE_URL", defaultStore), "idempotency store: postgres://…, sqlite:PATH or memory: (env ACEMQ_STORE_URL)")
 	f.DurationVar(&claimTimeout, "claim-timeout", 5*time.Minute, "idempotency claims' lease: set it above the slowest handler")
 	f.BoolVar(&relay, "relay", false, "also run the outbox relay on --store")
-	f.BoolVar(&createSchema, "create-schema", false, "create the store's tables if missing (development only; use `acemq-flow migrate` otherwise)")
+	f.BoolVar(&createSchema, "create-schema", false, "create the store's tables if missing (development only; otherwise run acemq-flow migrate)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&logFormat, "log-format", "text", "text or json")
 	return cmd

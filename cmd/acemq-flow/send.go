@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -38,6 +40,14 @@ reply came in time.`,
 			if in != "" || at != "" {
 				return failed("--in and --at need the scheduler, which is %v", runtime.ErrUnsupported)
 			}
+			// The target is checked before the payload is read: --data - may
+			// wait on standard input.
+			if err := checkTarget(t, data); err != nil {
+				return err
+			}
+			if t.Saga != "" {
+				return failed("saga %q: sagas are %v", t.Saga, runtime.ErrUnsupported)
+			}
 			payload, err := readData(s, data)
 			if err != nil {
 				return err
@@ -67,6 +77,11 @@ reply came in time.`,
 			}
 			reply, err := runtime.Send(cmd.Context(), amqpURL, msg, wait)
 			if err != nil {
+				// A publish to a missing exchange closes the channel (404),
+				// which Send reports like a message no queue is bound for.
+				if errors.Is(err, broker.ErrUnroutable) && msg.Exchange != "" && missingExchange(cmd.Context(), amqpURL, msg.Exchange) {
+					return failed("exchange %q does not exist on the broker; run the flows that declare it (`acemq-flow run`), or correct the name", msg.Exchange)
+				}
 				return failed("%v", err)
 			}
 			fmt.Fprintf(s.err, "sent message %s to exchange %q with key %q\n", msg.MessageId, msg.Exchange, msg.RoutingKey)
@@ -95,16 +110,63 @@ reply came in time.`,
 	f := cmd.Flags()
 	f.StringVar(&t.Pipeline, "pipeline", "", "send into this pipeline's first step")
 	f.StringVar(&t.Itinerary, "itinerary", "", "send with this itinerary's slip")
-	f.StringVar(&t.Saga, "saga", "", "start this saga")
+	f.StringVar(&t.Saga, "saga", "", "start this saga (sagas are not supported yet)")
 	f.StringVar(&t.Exchange, "exchange", "", "publish to this exchange")
 	f.StringVar(&t.RoutingKey, "routing-key", "", "with this routing key")
 	f.StringVar(&data, "data", "", "the payload: JSON text, @file, or - for standard input")
-	f.StringVar(&in, "in", "", "deliver after this delay")
-	f.StringVar(&at, "at", "", "deliver at this time")
+	f.StringVar(&in, "in", "", "deliver after this delay (needs the scheduler: not supported yet)")
+	f.StringVar(&at, "at", "", "deliver at this time (needs the scheduler: not supported yet)")
 	f.DurationVar(&wait, "wait", 0, "wait this long for the reply (request/reply)")
 	amqpFlag(f, &amqpURL)
 	f.StringVar(&admin, "admin", envOr("ACEMQ_ADMIN_ADDR", "127.0.0.1:9464"), "without PATH, the running runtime's admin address, which knows the flows (env ACEMQ_ADMIN_ADDR)")
 	return cmd
+}
+
+// checkTarget returns a usage error unless t names exactly one target:
+// a pipeline, an itinerary, a saga, or an exchange and routing key. A
+// pipeline or an itinerary also needs a payload.
+func checkTarget(t runtime.Target, data string) error {
+	var named, kinds []string
+	for _, f := range []struct{ flag, kind, value string }{{"--pipeline", "pipeline", t.Pipeline}, {"--itinerary", "itinerary", t.Itinerary}, {"--saga", "saga", t.Saga}} {
+		if f.value != "" {
+			named, kinds = append(named, f.flag), append(kinds, f.kind)
+		}
+	}
+	direct := t.Exchange != "" || t.RoutingKey != ""
+	switch {
+	case len(named) == 0 && !direct:
+		return usage("say where to send: --pipeline NAME, --itinerary NAME, or --exchange X with --routing-key K")
+	case len(named) > 1:
+		return usage("%s cannot be used together; name one target", strings.Join(named, " and "))
+	case len(named) == 1 && direct:
+		return usage("%s cannot be used with --exchange or --routing-key; send either to the %s or to an exchange and routing key", named[0], kinds[0])
+	}
+	if data != "" {
+		return nil
+	}
+	switch {
+	case t.Pipeline != "":
+		return usage("--pipeline %s needs a payload: give --data with JSON text, @file or - (standard input)", t.Pipeline)
+	case t.Itinerary != "":
+		return usage("--itinerary %s needs a payload: give --data with JSON text, @file or - (standard input)", t.Itinerary)
+	}
+	return nil
+}
+
+// missingExchange reports whether the broker at amqpURL says it has no
+// exchange named name; false when it cannot tell.
+func missingExchange(ctx context.Context, amqpURL, name string) bool {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	conn, err := broker.Open(ctx, amqpURL, broker.ConnOptions{Name: "acemq-flow send"})
+	if err != nil {
+		return false
+	}
+	defer conn.Close()
+	top := broker.NewTopology(conn, nil)
+	defer top.Close()
+	ok, err := top.ExchangeExists(ctx, name)
+	return err == nil && !ok
 }
 
 func orNull(b []byte) []byte {

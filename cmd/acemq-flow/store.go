@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
+	"io/fs"
+	"os"
+	"regexp"
+	"strings"
 	"time"
 
 	"github.com/acemq/acemq-flow/runtime"
@@ -25,6 +28,14 @@ func needsStore(plan *runtime.Plan) bool {
 // only when asked: a runtime that creates tables at start-up is a runtime
 // deciding when your database changes).
 func openStore(ctx context.Context, raw string, claimTimeout time.Duration, create bool) (stores.Set, error) {
+	if backend, _ := stores.Backend(raw); backend == "sqlite" && !create {
+		// Opening a SQLite file creates it: a command that fails for want
+		// of tables would leave an empty acemq.db behind.
+		path := stores.SQLitePath(raw)
+		if _, err := os.Stat(path); path != "" && errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("the sqlite store %s does not exist; %s to create it with its tables (or `run --create-schema` in development)", redactStore(raw), migrateHint)
+		}
+	}
 	opts := stores.Options{ClaimTimeout: claimTimeout}
 	set, err := stores.Open(ctx, raw, opts)
 	if err != nil {
@@ -41,18 +52,48 @@ func openStore(ctx context.Context, raw string, claimTimeout time.Duration, crea
 		set.Close()
 		var se *stores.SchemaError
 		if errors.As(err, &se) {
-			return nil, fmt.Errorf("%w; run `acemq-flow migrate --store %s` (or --create-schema in development)", err, redactStore(raw))
+			return nil, schemaError(raw, se)
 		}
 		return nil, fmt.Errorf("check the store %s: %w", redactStore(raw), err)
 	}
 	return set, nil
 }
 
-// redactStore hides a password in a store URL.
-func redactStore(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil || u.User == nil {
-		return raw
+// migrateHint is the remedy for missing or old tables. The store is named
+// by the flag or variable the command read it from, not by its URL, whose
+// password is shown as xxxxx and could not be copied.
+const migrateHint = "run `acemq-flow migrate` with the same --store or ACEMQ_STORE_URL"
+
+// schemaError says once what is wrong with the store's tables and how to fix
+// it: se's own text gives the remedy without the store it is about.
+func schemaError(raw string, se *stores.SchemaError) error {
+	if se.Have < 0 {
+		return fmt.Errorf("the %s store %s has no tables yet; %s (or `run --create-schema` in development)", se.Backend, redactStore(raw), migrateHint)
 	}
-	return u.Redacted()
+	return fmt.Errorf("the %s store %s has schema version %d and this acemq-flow needs %d; %s", se.Backend, redactStore(raw), se.Have, se.Want, migrateHint)
+}
+
+// passwordParam is a password given as a query parameter, which pgx accepts.
+var passwordParam = regexp.MustCompile(`(?i)([?&]password=)[^&#]*`)
+
+// redactStore hides the password of a store URL. It does not trust
+// url.Parse: a password holding '#', '/', '?', a space or a bad %-escape
+// either fails to parse or lands outside the user info, and would be shown
+// as typed. Instead everything between the user name and the last '@' is
+// blanked, which may blank more than the password but never less.
+func redactStore(raw string) string {
+	scheme, rest, ok := strings.Cut(raw, ":")
+	if !ok {
+		return passwordParam.ReplaceAllString(raw, "${1}xxxxx")
+	}
+	slashes := ""
+	if r, ok := strings.CutPrefix(rest, "//"); ok {
+		slashes, rest = "//", r
+	}
+	if at := strings.LastIndex(rest, "@"); at >= 0 {
+		if user, _, hasPass := strings.Cut(rest[:at], ":"); hasPass {
+			rest = user + ":xxxxx" + rest[at:]
+		}
+	}
+	return passwordParam.ReplaceAllString(scheme+":"+slashes+rest, "${1}xxxxx")
 }

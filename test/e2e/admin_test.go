@@ -69,7 +69,7 @@ func TestConsumersCommandSteersTheRunningRuntime(t *testing.T) {
 		want string // in stdout+stderr
 	}{
 		{[]string{"consumers", "list"}, 0, "hops.a"},
-		{[]string{"consumers", "scale", "hops.a", "0"}, 1, "a group needs at least one consumer"},
+		{[]string{"consumers", "scale", "hops.a", "0"}, 2, "a group needs at least one consumer"},
 		{[]string{"consumers", "scale", "hops.a", "2"}, 0, "size 2"},
 		{[]string{"consumers", "prefetch", "hops.a", "5"}, 0, "prefetch 5"},
 		{[]string{"consumers", "stop", "hops.b"}, 0, "stop done"},
