@@ -37,8 +37,13 @@ type MessageView struct {
 	ContentType   string `json:"content_type,omitempty"`
 	Timestamp     string `json:"timestamp,omitempty"` // RFC 3339 UTC
 	Redelivered   bool   `json:"redelivered,omitempty"`
-	Attempt       int    `json:"attempt"`
-	Replays       int    `json:"replays"`
+	// Deliveries is the broker's x-delivery-count: how many times a quorum
+	// queue has handed the message out and had it back (inspects
+	// included). At the queue's x-delivery-limit (20 on the runtime's step
+	// queues) its next return dead-letters it.
+	Deliveries int `json:"deliveries,omitempty"`
+	Attempt    int `json:"attempt"`
+	Replays    int `json:"replays"`
 	// ErrorKind and Error are the x-acemq-error-kind and x-acemq-error
 	// headers: why the runtime dead-lettered it.
 	ErrorKind string `json:"error_kind,omitempty"`
@@ -140,6 +145,9 @@ func viewMessage(d amqp.Delivery) MessageView {
 		FailedQueue:   strHeader(d.Headers[HeaderFailedQueue]),
 		FailedAt:      strHeader(d.Headers[HeaderFailedAt]),
 		Size:          len(d.Body),
+	}
+	if n, ok := intHeader(d.Headers["x-delivery-count"]); ok {
+		v.Deliveries = n
 	}
 	if !env.Timestamp.IsZero() {
 		v.Timestamp = FormatTime(env.Timestamp)

@@ -1,14 +1,16 @@
 package runtime
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/acemq/acemq-flow/test/queuetest"
-
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/acemq/acemq-flow/runtime/broker"
+	"github.com/acemq/acemq-flow/test/queuetest"
 )
 
 func TestInspectShowsMessagesAndLeavesTheQueueAsItWas(t *testing.T) {
@@ -135,5 +137,29 @@ func TestInspectPreviewEscapesWhatIsNotPrintable(t *testing.T) {
 				t.Errorf("Preview(%q, %d) = %q, %v; want %q, %v", tc.in, tc.max, got, cut, tc.want, tc.cut)
 			}
 		})
+	}
+}
+
+// TestInspectShowsAQuorumQueuesDeliveryCount: on a quorum queue each
+// inspect returns the message it showed, and the broker counts that return;
+// the view shows the count, so that a person sees a message nearing the
+// queue's delivery limit.
+func TestInspectShowsAQuorumQueuesDeliveryCount(t *testing.T) {
+	q := queuetest.New(t)
+	name := q.NS + ".quorum"
+	if err := q.Top.DeclareQueue(t.Context(), broker.Queue{Name: name, Durable: true, Args: map[string]any{"x-queue-type": "quorum"}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = q.Top.DeleteQueue(context.Background(), name) })
+	q.Put(name, "m", amqp.Table{HeaderAttempt: int64(1)}, `{}`)
+	for want := range 3 {
+		q.WaitDepth(name, 1)
+		view, err := Inspect(t.Context(), q.URL, name, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(view.Messages) != 1 || view.Messages[0].Deliveries != want {
+			t.Fatalf("inspect %d: %+v, want the message returned %d time(s) before", want+1, view.Messages, want)
+		}
 	}
 }

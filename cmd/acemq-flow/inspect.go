@@ -91,7 +91,12 @@ func renderInspectText(w io.Writer, v runtime.QueueView) {
 		if len(about) > 0 {
 			fmt.Fprintf(w, "   %s\n", strings.Join(about, ", "))
 		}
-		fmt.Fprintf(w, "   attempt %d, replays %d\n", m.Attempt, m.Replays)
+		fmt.Fprintf(w, "   attempt %d, replays %d", m.Attempt, m.Replays)
+		if m.Deliveries > 0 {
+			// Quorum queues count every return, inspects included.
+			fmt.Fprintf(w, ", returned to the queue %d time(s) (a quorum queue dead-letters it at its delivery limit)", m.Deliveries)
+		}
+		fmt.Fprintln(w)
 		switch {
 		case m.Error != "" || m.ErrorKind != "":
 			fmt.Fprintf(w, "   error (%s): %s\n", esc(m.ErrorKind), esc(m.Error))
