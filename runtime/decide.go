@@ -308,6 +308,7 @@ func retry(c *Consumer, in Inbound, err error, now time.Time, jitter float64) De
 	}
 	p := in.Props
 	p.Headers = copyTable(p.Headers)
+	dropDeaths(p.Headers)
 	p.Headers[HeaderAttempt] = int64(in.Env.Attempt + 1)
 	if c.Retry.Jitter > 0 {
 		// Jitter shortens the wait, as the message's own expiration; the
@@ -332,6 +333,7 @@ func retry(c *Consumer, in Inbound, err error, now time.Time, jitter float64) De
 func InProgress(c *Consumer, in Inbound) Decision {
 	p := in.Props
 	p.Headers = copyTable(p.Headers)
+	dropDeaths(p.Headers)
 	p.Expiration = ""
 	q := RetryQueue(c.Queue, InProgressDelay)
 	return Decision{Outcome: OutcomeInProgress, Rung: q,
@@ -356,6 +358,21 @@ func deadLetter(c *Consumer, in Inbound, kind, reason string, now time.Time) Dec
 			amqp.Table{HeaderError: reason, HeaderErrorKind: kind, HeaderFailedQueue: c.Queue, HeaderFailedAt: FormatTime(now)}, Itinerary{}, now))
 	}
 	return d
+}
+
+// dropDeaths removes the broker's dead-letter history from headers h of a
+// message the runtime sends back towards a queue it was dead-lettered from
+// (a retry rung that expires into the queue, a replay). RabbitMQ drops,
+// silently, a message whose x-death shows it already died in the queue it
+// is now dead-lettered to, for any reason but a rejection: its cycle
+// check. A republished message is a new message to the broker; attempts
+// are counted in x-acemq-attempt, never in x-death.
+func dropDeaths(h amqp.Table) {
+	for k := range h {
+		if k == "x-death" || strings.HasPrefix(k, "x-first-death-") || strings.HasPrefix(k, "x-last-death-") {
+			delete(h, k)
+		}
+	}
 }
 
 func copyTable(t amqp.Table) amqp.Table {

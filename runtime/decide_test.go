@@ -264,3 +264,34 @@ func TestRepublishedMessagesDropTheSendersUserID(t *testing.T) {
 		t.Errorf("replay republishes user id %q, want none", p.UserId)
 	}
 }
+
+// A message the broker dead-lettered (a quorum queue's delivery limit) and
+// a person replayed carries x-death naming its queue; sent round a retry
+// rung with that history, the broker's cycle check drops it, silently, when
+// the rung dead-letters it back. Retries and in-progress trips drop the
+// history; the dead-letter queue keeps it, for inspect.
+func TestRungTripsDropTheBrokersDeathHistory(t *testing.T) {
+	c := stepConsumer("reserve", 3)
+	deaths := amqp.Table{HeaderAttempt: int64(1), "x-first-death-queue": c.Queue, "x-first-death-reason": "delivery_limit",
+		"x-death": []any{amqp.Table{"queue": c.Queue, "reason": "delivery_limit", "count": int64(1)}}}
+	in := delivery(deaths, "")
+	decisions := map[string]Decision{
+		"retried":     Decide(c, route, in, Result{}, errors.New("down"), now, 0),
+		"in progress": InProgress(c, in),
+	}
+	for name, d := range decisions {
+		h := d.Publish[0].Headers
+		for _, k := range []string{"x-death", "x-first-death-queue", "x-first-death-reason"} {
+			if _, ok := h[k]; ok {
+				t.Errorf("%s: the rung publish keeps %s", name, k)
+			}
+		}
+	}
+	if _, ok := in.Props.Headers["x-death"]; !ok {
+		t.Error("the decision changed the delivery's own headers")
+	}
+	dl := Decide(c, route, delivery(deaths, ""), Result{}, fmt.Errorf("%w: bad", ErrFatal), now, 0)
+	if _, ok := dl.Publish[0].Headers["x-death"]; !ok {
+		t.Error("the dead-letter publish lost x-death, which inspect shows")
+	}
+}

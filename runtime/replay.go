@@ -270,6 +270,7 @@ func (r *replayer) one(ctx context.Context, d *broker.Delivery) bool {
 				delete(p.Headers, k)
 			}
 		}
+		dropDeaths(p.Headers)
 		p.Headers[HeaderAttempt] = int64(1)
 		p.Headers[HeaderReplays] = int64(act.Replays)
 	}

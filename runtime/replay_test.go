@@ -38,7 +38,10 @@ func TestReplayBringsADeadLetteredMessageBack(t *testing.T) {
 	q.Put(dlq, "m-1", failedHeaders(target, 5), `{"order":1}`)
 	// Dead-lettered by the broker: no failed-queue header, so the queue is
 	// the dead-letter queue's name without .dlq.
-	q.Put(dlq, "m-2", amqp.Table{HeaderAttempt: int64(2)}, `{"order":2}`)
+	// Its x-death names the queue it goes back to: kept, the broker's cycle
+	// check would drop it the next time it is dead-lettered there.
+	q.Put(dlq, "m-2", amqp.Table{HeaderAttempt: int64(2), "x-first-death-queue": target, "x-death": []any{amqp.Table{
+		"queue": target, "reason": "delivery_limit", "count": int64(1), "exchange": ""}}}, `{"order":2}`)
 
 	var progress [][2]int
 	sum, err := Replay(t.Context(), q.URL, ReplayOptions{From: dlq,
@@ -73,6 +76,11 @@ func TestReplayBringsADeadLetteredMessageBack(t *testing.T) {
 	}
 	if strHeader(m.Headers[HeaderRoute]) != "validate,charge,ship" || env.RoutePosition != 1 || env.Origin != "shop" {
 		t.Errorf("replayed message lost its envelope: headers %v", m.Headers)
+	}
+	for _, h := range []string{"x-death", "x-first-death-queue"} {
+		if _, ok := got[1].Headers[h]; ok {
+			t.Errorf("replayed message still has the broker's %s header", h)
+		}
 	}
 	if env := ReadEnvelope(got[1]); env.Attempt != 1 || env.Replays != 1 {
 		t.Errorf("message without a failed-queue header: attempt %d, replays %d; want 1 and 1", env.Attempt, env.Replays)
