@@ -259,7 +259,9 @@ func completed(c *Consumer, in Inbound, res Result, slip Itinerary, now time.Tim
 	d := Decision{Outcome: OutcomeAcknowledged}
 	if in.Env.ReplyTo != "" {
 		body := res.Payload
-		if res.Stop {
+		if res.Stop || c.Output == spec.OutputNone {
+			// FLOW-FORMAT §2: empty after `output: none`, whatever the
+			// handler returned.
 			body = nil
 		}
 		d.Publish = append(d.Publish, reply(c, in, "completed", body, nil, slip, now))

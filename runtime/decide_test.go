@@ -295,3 +295,18 @@ func TestRungTripsDropTheBrokersDeathHistory(t *testing.T) {
 		t.Error("the dead-letter publish lost x-death, which inspect shows")
 	}
 }
+
+// The reply of a run whose last step is declared `output: none` is empty,
+// whatever its handler returned (FLOW-FORMAT §2).
+func TestCompletedReplyIsEmptyAfterOutputNone(t *testing.T) {
+	c := stepConsumer("dispatch", 2)
+	c.Output = spec.OutputNone
+	d := Decide(c, route, delivery(amqp.Table{HeaderRoute: "validate,reserve,dispatch", HeaderRoutePosition: int64(2)}, "client.q"),
+		Result{Payload: []byte(`{"id":"2"}`)}, nil, now, 0)
+	if len(d.Publish) != 1 || d.Publish[0].RoutingKey != "client.q" {
+		t.Fatalf("Decide = %+v, want one reply to client.q", d)
+	}
+	if body := d.Publish[0].Body; len(body) != 0 {
+		t.Errorf("completed reply after output: none carries %s, want an empty body", body)
+	}
+}

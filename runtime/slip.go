@@ -234,12 +234,13 @@ func writeExtra(b *bytes.Buffer, extra []field) {
 }
 
 func writeString(b *bytes.Buffer, s string) {
-	enc, _ := json.Marshal(s)
-	// encoding/json escapes <, > and & for HTML; other languages do not.
-	enc = bytes.ReplaceAll(enc, []byte(`\u003c`), []byte("<"))
-	enc = bytes.ReplaceAll(enc, []byte(`\u003e`), []byte(">"))
-	enc = bytes.ReplaceAll(enc, []byte(`\u0026`), []byte("&"))
-	b.Write(enc)
+	// Without HTML escaping (<, > and & as \u003c…, which other languages
+	// do not write); the encoder ends its value with a newline.
+	var enc bytes.Buffer
+	e := json.NewEncoder(&enc)
+	e.SetEscapeHTML(false)
+	_ = e.Encode(s)
+	b.Write(bytes.TrimSuffix(enc.Bytes(), []byte("\n")))
 }
 
 // ItineraryFor builds the slip a message entering itinerary it starts

@@ -16,6 +16,7 @@ func TestSlipRoundTripsByteForByte(t *testing.T) {
 		{"an empty route", `{"steps":[],"done":[]}`},
 		{"another writer's timestamps are kept as written", `{"steps":[],"done":[{"exchange":"x","routingKey":"k","name":"a","completedAt":"2026-09-09T14:03:11.250Z"},{"exchange":"x","routingKey":"k","name":"b","completedAt":"2026-09-09T16:03:11+02:00"}]}`},
 		{"characters HTML would escape", `{"steps":[{"exchange":"a&b","routingKey":"<k>","name":"n"}],"done":[]}`},
+		{"text that looks like an HTML escape", `{"steps":[{"exchange":"x","routingKey":"a\\u003cb\\u0026","name":"n"}],"done":[]}`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -70,6 +71,7 @@ func TestBrokenSlipsAreErrSlip(t *testing.T) {
 func FuzzParseItinerary(f *testing.F) {
 	f.Add([]byte(formatSlip))
 	f.Add([]byte(`{"steps":[],"done":[],"x":[1,{"y":null}]}`))
+	f.Add([]byte(`{"steps":[{"exchange":"x","routingKey":"a\\u003cb","name":"n"}],"done":[]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		it, err := ParseItinerary(data)
 		if err != nil {
