@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/acemq/acemq-flow/runtime/broker"
 	"github.com/acemq/acemq-flow/stores"
@@ -392,15 +393,27 @@ func (g *group) count(outcome string) {
 	g.mMessages[outcome].Inc()
 }
 
-// publishFailed handles a decision whose publish did not reach a queue. An
-// unroutable next stop is fatal for the message (it would not route next
-// time either): it is dead-lettered with the reason. Anything else leaves
-// the message to the broker, requeued, to be handled again.
+// publishFailed handles a decision whose publish did not reach a queue. A
+// next stop the broker cannot route, or whose exchange does not exist, is
+// fatal for the message (it would fail the same way next time): it is
+// dead-lettered with the reason. A publish the broker refused (basic.nack:
+// say, a full queue that rejects publishes) is retried through the ladder,
+// spending an attempt, so that it waits rather than spins and ends in .dlq
+// with a reason if it never gets through. Anything else (the connection
+// lost, the runtime stopping) leaves the message to the broker, requeued,
+// to be handled again.
 func (g *group) publishFailed(ctx context.Context, d *broker.Delivery, in Inbound, dec Decision, err error, t *Ticket) {
-	if errors.Is(err, broker.ErrUnroutable) && dec.Outcome != OutcomeDeadLettered {
+	fatal := errors.Is(err, broker.ErrUnroutable) || broker.ReplyCode(err) == amqp.NotFound
+	switch {
+	case fatal && dec.Outcome != OutcomeDeadLettered:
 		g.log.Warn("result unroutable; dead-lettering the message", "message_id", in.Env.MessageID, "error", err)
 		dl := deadLetter(g.c, in, KindFatal, "the result could not be routed: "+err.Error(), time.Now())
 		g.carryOut(ctx, d, in, dl, t)
+		return
+	case errors.Is(err, broker.ErrNacked) && dec.Outcome != OutcomeRetried && dec.Outcome != OutcomeDeadLettered && dec.Outcome != OutcomeInProgress:
+		g.log.Warn("result refused by the broker; retrying the message", "message_id", in.Env.MessageID, "error", err)
+		rd := retry(g.c, in, fmt.Errorf("the result was refused by the broker: %w", err), time.Now(), rand.Float64())
+		g.carryOut(ctx, d, in, rd, t)
 		return
 	}
 	g.release(ctx, t)

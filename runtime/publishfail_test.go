@@ -1,0 +1,72 @@
+package runtime_test
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/acemq/acemq-flow/runtime"
+	"github.com/acemq/acemq-flow/test/testenv"
+)
+
+const publishFailFlow = `version: acemq.flow/v1
+name: pf
+plugins:
+  k: {command: ./not-started}
+pipelines:
+  - name: p
+    steps:
+      - {name: a, handler: k.echo, queue_type: classic}
+      - {name: b, handler: k.echo, queue_type: classic}
+`
+
+// TestResultToAMissingExchangeIsDeadLettered sends a message whose slip's
+// next stop names an exchange that does not exist: the broker closes the
+// publishing channel (404). The message must be dead-lettered once, with
+// the reason, not requeued and handled again and again (on a classic queue,
+// thousands of times a second, for ever).
+func TestResultToAMissingExchangeIsDeadLettered(t *testing.T) {
+	url := testenv.VHost(t)
+	var calls atomic.Int64
+	handler := func(_ context.Context, req runtime.Request) (runtime.Result, error) {
+		calls.Add(1)
+		return runtime.Result{Payload: req.Payload}, nil
+	}
+	startInProcess(t, url, publishFailFlow, runtime.Options{Handlers: map[string]runtime.HandlerFunc{"k.echo": handler}})
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	slip := `{"steps":[{"exchange":"","routingKey":"p.a","name":"a"},{"exchange":"no-such-exchange","routingKey":"k","name":"b"}],"done":[]}`
+	if err := ch.PublishWithContext(t.Context(), "", "p.a", false, false, amqp.Publishing{MessageId: "m-1", ContentType: "application/json",
+		Headers: amqp.Table{runtime.HeaderSlip: slip}, Body: []byte(`{"id":1}`)}); err != nil {
+		t.Fatal(err)
+	}
+	var dl amqp.Delivery
+	testenv.Eventually(t, 30*time.Second, func() error {
+		d, ok, err := ch.Get("p.a.dlq", true)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return testenv.Errorf("nothing in p.a.dlq yet (the handler ran %d times)", calls.Load())
+		}
+		dl = d
+		return nil
+	})
+	if reason, _ := dl.Headers[runtime.HeaderError].(string); !strings.Contains(reason, "could not be routed") || !strings.Contains(reason, "no-such-exchange") {
+		t.Errorf("dead-lettered with reason %q, want one saying the result could not be routed to no-such-exchange", reason)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("the handler ran %d times, want once", n)
+	}
+}
