@@ -63,6 +63,7 @@ type Queue struct {
 	Apply     string         `json:"-"` // the topology.apply of the file that declares it
 	Missing   string         `json:"-"` // the topology.missing_queue of that file
 	what      string         // how errors name it
+	topology  bool           // declared under topology.queues: provided for, whoever consumes it
 }
 
 // Binding binds a queue to an exchange.
@@ -232,7 +233,9 @@ func Compile(flows []*spec.Flow) (*Plan, error) {
 			c.exchange(Exchange{Name: e.Name, Type: e.Type, Mode: Declare, Purpose: "declared", At: e.Pos, Apply: f.Topology.Apply})
 		}
 		for _, q := range f.Topology.Queues {
-			c.declared(q, "declared", "", f)
+			if dq := c.declared(q, "declared", "", f); dq != nil {
+				dq.topology = true
+			}
 		}
 	}
 	for _, f := range flows {
@@ -256,6 +259,7 @@ func Compile(flows []*spec.Flow) (*Plan, error) {
 				Timeout: Duration(p.Timeout), Path: p.Path, Dir: p.Dir, Env: p.Env, SHA256: p.SHA256, At: p.Pos})
 		}
 	}
+	c.deadLetterQueues()
 	if len(c.diags) > 0 {
 		c.diags.Sort()
 		return nil, c.diags
@@ -394,6 +398,34 @@ func (c *compiler) ladder(owner, queue, typ string, r spec.Retry, idempotent boo
 	}
 	c.bindings = append(c.bindings, Binding{Exchange: DeadLetterExchange, Queue: DeadLetterQueue(queue), RoutingKey: DeadLetterQueue(queue), Owner: owner, At: at})
 	return rp
+}
+
+// deadLetterQueues gives every queue the runtime declares that dead-letters
+// to acemq.dlx with routing key `<queue>.dlq` that .dlq (classic, as ladder
+// makes it for a consumed queue) and its acemq.dlx binding, so that
+// `dead_letter: true` on a queue nobody consumes keeps its dead letters. A
+// .dlq that ladder made already, or that a flow declares itself, is not
+// made twice.
+func (c *compiler) deadLetterQueues() {
+	for _, name := range slices.Sorted(maps.Keys(c.queues)) {
+		q := c.queues[name]
+		if q.Mode != Declare || q.Purpose == "dlq" || q.Purpose == "parked" || q.Purpose == "retry" {
+			continue
+		}
+		dlq := DeadLetterQueue(q.Name)
+		if q.Arguments["x-dead-letter-exchange"] != DeadLetterExchange || q.Arguments["x-dead-letter-routing-key"] != dlq {
+			continue
+		}
+		if prev, ok := c.queues[dlq]; !ok || prev.Purpose != "dlq" && prev.Purpose != "declared" {
+			// A missing .dlq is made; one another part of the flows
+			// needs under this name is a collision, reported by queue.
+			c.queue(Queue{Name: dlq, Type: "classic", Mode: Declare, Purpose: "dlq", Owner: q.Owner,
+				what: fmt.Sprintf("the .dlq of queue %q", q.Name), Arguments: map[string]any{"x-queue-type": "classic"},
+				At: q.At, Apply: spec.ApplyCreateOnly, topology: q.topology})
+		}
+		// finish drops the duplicate when ladder bound it already.
+		c.bindings = append(c.bindings, Binding{Exchange: DeadLetterExchange, Queue: dlq, RoutingKey: dlq, Owner: q.Owner, At: q.At})
+	}
 }
 
 // RetryDelay is the delay before retry n (n ≥ 1): initial_delay × 2^(n-1),

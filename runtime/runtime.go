@@ -257,14 +257,31 @@ func (r *Runtime) applyTopology(ctx context.Context) ([]*Consumer, error) {
 		}
 		exchanges = append(exchanges, broker.Exchange{Name: e.Name, Kind: e.Type, Durable: true})
 	}
-	later := map[string]bool{} // consumers declared and checked when started
-	for _, c := range r.plan.Consumers {
-		if !c.AutoStartup {
+	// Consumers declared and checked when started: those with auto_startup
+	// false that no route publishes to. A queue a route publishes to is
+	// declared and bound now, consumed or not, so that a stopped step
+	// leaves a backlog instead of a NO_ROUTE.
+	later := map[string]bool{}
+	for i := range r.plan.Consumers {
+		if c := &r.plan.Consumers[i]; !c.AutoStartup && !r.routed(c) {
 			later[c.ID] = true
 		}
 	}
+	now := map[string]bool{} // queues declared now, whether or not this file's apply mode creates them
 	for _, q := range r.plan.Queues {
-		if later[q.Owner] && !(q.Purpose == "declared" && r.topologyQueue(q.Name)) {
+		if !later[q.Owner] || q.topology {
+			now[q.Name] = true
+		}
+	}
+	for _, q := range r.plan.Queues {
+		// The .dlq of a queue declared now is declared now too: its dead
+		// letters must not be dropped while its consumer waits.
+		if q.Purpose == "dlq" && now[strings.TrimSuffix(q.Name, ".dlq")] {
+			now[q.Name] = true
+		}
+	}
+	for _, q := range r.plan.Queues {
+		if !now[q.Name] {
 			continue
 		}
 		if q.Mode != Declare || q.Apply == spec.ApplyDryRun || (q.Apply == spec.ApplyValidate && q.Purpose == "declared") {
@@ -278,7 +295,7 @@ func (r *Runtime) applyTopology(ctx context.Context) ([]*Consumer, error) {
 	}
 	var bindings []broker.Binding
 	for _, b := range r.plan.Bindings {
-		if later[b.Owner] {
+		if later[b.Owner] && !(b.Exchange == DeadLetterExchange && now[b.Queue]) {
 			continue
 		}
 		bindings = append(bindings, broker.Binding{Exchange: b.Exchange, Queue: b.Queue, RoutingKey: b.RoutingKey})
@@ -298,10 +315,16 @@ func (r *Runtime) applyTopology(ctx context.Context) ([]*Consumer, error) {
 	// "A queue that does not exist").
 	var startable []*Consumer
 	missing := map[string]bool{}
+	provided := map[string]bool{} // queues of routed, stopped consumers that exist without us
 	for i := range r.plan.Consumers {
 		c := &r.plan.Consumers[i]
 		if !c.AutoStartup {
-			continue // checked and declared when started by id
+			// Checked when started by id; a routed one's queue is bound now
+			// if it exists.
+			if !later[c.ID] && !declared[c.Queue] && r.topo.CheckQueues(ctx, c.Queue) == nil {
+				provided[c.Queue] = true
+			}
+			continue
 		}
 		for _, q := range consumerQueues(c) {
 			if declared[q] {
@@ -330,7 +353,7 @@ func (r *Runtime) applyTopology(ctx context.Context) ([]*Consumer, error) {
 	// Bindings of queues that exist.
 	var live []broker.Binding
 	for _, b := range bindings {
-		if declared[b.Queue] || slices.ContainsFunc(startable, func(c *Consumer) bool { return c.Queue == b.Queue }) {
+		if declared[b.Queue] || provided[b.Queue] || slices.ContainsFunc(startable, func(c *Consumer) bool { return c.Queue == b.Queue }) {
 			live = append(live, b)
 		}
 	}
@@ -340,15 +363,62 @@ func (r *Runtime) applyTopology(ctx context.Context) ([]*Consumer, error) {
 	return startable, nil
 }
 
-// topologyQueue reports whether a flow declares the queue under
-// topology.queues (taken as provided for, whoever consumes it).
-func (r *Runtime) topologyQueue(name string) bool {
-	for _, q := range r.plan.Queues {
-		if q.Name == name && q.Purpose == "declared" && q.Owner == "" {
-			return true
+// routed reports whether a route publishes to c's queue: a pipeline step's
+// queue, or a queue bound where an itinerary's stop publishes. Its queue
+// and bindings are declared at start even while c waits to be started.
+func (r *Runtime) routed(c *Consumer) bool {
+	if c.Kind != KindConsumer {
+		return true
+	}
+	kinds := map[string]string{}
+	for _, e := range r.plan.Exchanges {
+		kinds[e.Name] = e.Type
+	}
+	for _, b := range r.plan.Bindings {
+		if b.Owner != c.ID || b.Queue != c.Queue {
+			continue
+		}
+		for _, it := range r.plan.Itineraries {
+			for _, s := range it.Stops {
+				if s.Exchange == b.Exchange && bindingMatches(kinds[b.Exchange], b.RoutingKey, s.RoutingKey) {
+					return true
+				}
+			}
 		}
 	}
 	return false
+}
+
+// bindingMatches reports whether a binding with key pattern on an exchange
+// of kind routes a message published with key. An exchange of unknown kind
+// (provided by someone else) is matched as topic: a wider match only
+// declares a queue sooner.
+func bindingMatches(kind, pattern, key string) bool {
+	switch kind {
+	case "fanout", "headers":
+		return true
+	case "direct":
+		return pattern == key
+	}
+	return topicMatches(strings.Split(pattern, "."), strings.Split(key, "."))
+}
+
+func topicMatches(pattern, key []string) bool {
+	if len(pattern) == 0 {
+		return len(key) == 0
+	}
+	switch pattern[0] {
+	case "#":
+		for i := 0; i <= len(key); i++ {
+			if topicMatches(pattern[1:], key[i:]) {
+				return true
+			}
+		}
+		return false
+	case "*":
+		return len(key) > 0 && topicMatches(pattern[1:], key[1:])
+	}
+	return len(key) > 0 && pattern[0] == key[0] && topicMatches(pattern[1:], key[1:])
 }
 
 // prepare declares and checks what one consumer needs, for a consumer
