@@ -10,12 +10,11 @@ import (
 )
 
 // requestToProto is the wire form of one call. timeout is how long the host
-// will wait (0 = no limit); the plugin cancels the handler after it.
+// will wait; the plugin cancels the handler after it. Every call has a
+// limit, and timeout_ms 0 would tell the plugin there is none, so it is
+// sent as at least 1 ms (callers do not send calls with no time left).
 func requestToProto(callID uint64, r Request, timeout time.Duration) *proto.HandleRequest {
-	var ms int64
-	if timeout > 0 {
-		ms = int64((timeout + time.Millisecond - 1) / time.Millisecond) // round up: never shorter than ours
-	}
+	ms := max(1, int64((timeout+time.Millisecond-1)/time.Millisecond)) // round up: never shorter than ours
 	return &proto.HandleRequest{
 		CallId:     callID,
 		Handler:    r.Handler,

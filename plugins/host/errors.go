@@ -38,6 +38,10 @@ var (
 	// ErrCrashed: the plugin process exited, or its connection broke, while
 	// the call was in flight. The plugin is being restarted.
 	ErrCrashed = errors.New("plugin process exited during the call")
+	// ErrHung: the plugin answered nothing, to any call, for a while after
+	// a call timed out, or a write of calls to it stalled. The plugin is
+	// being restarted.
+	ErrHung = errors.New("plugin stopped answering")
 	// ErrTimeout: no answer within the per-call timeout.
 	ErrTimeout = errors.New("no answer within the plugin timeout")
 	// ErrUnavailable: the plugin was not running (restarting after a crash)

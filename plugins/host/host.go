@@ -47,7 +47,10 @@ type Config struct {
 	// flow file (a relative path is taken relative to Dir).
 	Command string
 	Args    []string
-	// Env is added to the runtime's own environment for the process.
+	// Env is added to the environment the process inherits from the
+	// runtime. The inherited environment leaves out every variable whose
+	// name starts with ACEMQ_ (the runtime's admin token, broker and store
+	// URLs); Env passes whatever it names, ACEMQ_ variables included.
 	Env map[string]string
 	// Dir is the process's working directory (the flow file's folder); ""
 	// means the runtime's.
@@ -220,7 +223,7 @@ func (p *Plugin) Describe(ctx context.Context) ([]HandlerInfo, error) {
 // a crashed plugin to restart.
 //
 // Errors: a failure the handler reported is a *CallError (IsFatal tells
-// whether it is fatal); every other error (ErrCrashed, ErrTimeout,
+// whether it is fatal); every other error (ErrCrashed, ErrHung, ErrTimeout,
 // ErrUnavailable, ErrClosed, ErrProtocol, or the cause of ctx) is retryable.
 func (p *Plugin) Call(ctx context.Context, req Request) (Result, error) {
 	l, stop := p.limit(ctx)
@@ -243,7 +246,7 @@ func (p *Plugin) limit(ctx context.Context) (l limit, stop func() bool) {
 		left = min(left, time.Until(d))
 	}
 	t := time.NewTimer(p.cfg.Timeout)
-	return limit{ctx: ctx, expire: t.C, err: p.timeoutErr, left: left}, t.Stop
+	return limit{ctx: ctx, expire: t.C, err: p.timeoutErr, left: left, grace: hangGrace(p.cfg.Timeout)}, t.Stop
 }
 
 // Restarts returns how many times the plugin was restarted after a crash.

@@ -25,6 +25,12 @@ func startInProcess(t *testing.T, handlers map[string]sdk.Handler) *Plugin {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return startInProcessServer(t, srv)
+}
+
+// startInProcessServer is startInProcess with the plugin's server given.
+func startInProcessServer(t *testing.T, srv proto.PluginServer) *Plugin {
+	t.Helper()
 	p, err := newPlugin(Config{Name: "inproc", Command: "(in process)", Timeout: 2 * time.Second, Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)

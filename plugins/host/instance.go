@@ -38,6 +38,11 @@ type instance struct {
 	release func() error
 
 	nextID atomic.Uint64
+	// answered is when the last ResultBatch arrived, as time since
+	// started (monotonic); 0 before the first. A call that times out
+	// compares it with when it was sent to tell a slow handler from a
+	// plugin that answers nothing (see watchHang).
+	answered atomic.Int64
 
 	mu      sync.Mutex
 	pending map[uint64]chan *proto.HandleResponse
@@ -51,6 +56,11 @@ type instance struct {
 	sspare  []outgoing
 	sending bool
 	sendErr error
+	// stall fails the instance when a write does not return within
+	// stallAfter: the caller that writes holds no select on its limit, so
+	// a stream stuck in flow control (a stopped plugin) would hold it.
+	stall      *time.Timer
+	stallAfter atomic.Int64 // a time.Duration
 
 	loops    sync.WaitGroup
 	stopOnce sync.Once
@@ -99,6 +109,11 @@ func openInstance(ctx context.Context, name string, conn grpc.ClientConnInterfac
 		pending:  make(map[uint64]chan *proto.HandleResponse),
 		done:     make(chan struct{}),
 	}
+	i.stall = time.AfterFunc(time.Hour, func() {
+		i.fail(fmt.Errorf("%w (a write of calls to it did not complete within %s; it is restarted)",
+			ErrHung, time.Duration(i.stallAfter.Load())))
+	})
+	i.stall.Stop()
 	i.loops.Go(i.recvLoop)
 	if exited != nil {
 		i.loops.Go(func() {
@@ -158,11 +173,28 @@ type limit struct {
 	expire <-chan time.Time // the plugin's per-call timeout
 	err    error            // what expire means
 	left   time.Duration    // the time the call had when it began
+	// grace is how long after a call's limit the host still waits for
+	// any answer from the plugin before taking it for hung: a handler
+	// that returns at its own deadline gets its answer in meanwhile.
+	grace time.Duration
+}
+
+// hangGrace is limit.grace for a plugin with the given per-call timeout.
+func hangGrace(timeout time.Duration) time.Duration {
+	return max(timeout/2, 500*time.Millisecond)
 }
 
 // call sends one request and waits for its answer, the limit or the
 // instance's failure. The errors it returns are all retryable.
 func (i *instance) call(l limit, req Request) (*proto.HandleResponse, error) {
+	// A call with no time left is not sent: the plugin would run it for
+	// nobody (or, with timeout_ms 0, without a limit).
+	if l.ctx.Err() != nil {
+		return nil, context.Cause(l.ctx)
+	}
+	if l.left <= 0 {
+		return nil, context.DeadlineExceeded
+	}
 	id := i.nextID.Add(1)
 	ch := make(chan *proto.HandleResponse, 1)
 	i.mu.Lock()
@@ -173,7 +205,9 @@ func (i *instance) call(l limit, req Request) (*proto.HandleResponse, error) {
 	i.pending[id] = ch
 	i.mu.Unlock()
 
-	if err := i.send(outgoing{call: requestToProto(id, req, l.left)}); err != nil {
+	sent := time.Since(i.started)
+	if err := i.send(outgoing{call: requestToProto(id, req, l.left)}, l.left+l.grace); err != nil {
+		i.forget(id)
 		return nil, err
 	}
 	var cause error
@@ -184,6 +218,7 @@ func (i *instance) call(l limit, req Request) (*proto.HandleResponse, error) {
 		cause = context.Cause(l.ctx)
 	case <-l.expire:
 		cause = l.err
+		i.watchHang(sent, l.grace)
 	case <-i.done:
 		select {
 		case resp := <-ch:
@@ -195,7 +230,7 @@ func (i *instance) call(l limit, req Request) (*proto.HandleResponse, error) {
 	if i.forget(id) {
 		// Tell the plugin to cancel the handler's context (it also has its
 		// own copy of the deadline).
-		_ = i.send(outgoing{cancel: id})
+		_ = i.send(outgoing{cancel: id}, l.grace)
 	}
 	select {
 	case resp := <-ch: // answered while the limit passed: use it
@@ -214,6 +249,25 @@ func (i *instance) forget(id uint64) bool {
 	return ok
 }
 
+// watchHang is called when a call sent at sent (time since started) has
+// timed out. Unless the plugin answered anything since, it checks again
+// after grace and, if the plugin has still answered nothing since sent,
+// fails the instance so that it is restarted. A slow handler alone does
+// not: other calls' answers (or its own, at its deadline) prove the plugin
+// alive.
+func (i *instance) watchHang(sent, grace time.Duration) {
+	if i.answered.Load() >= int64(sent) || !i.alive() {
+		return
+	}
+	time.AfterFunc(grace, func() {
+		if i.answered.Load() >= int64(sent) {
+			return
+		}
+		silent := (time.Since(i.started) - sent).Round(time.Millisecond)
+		i.fail(fmt.Errorf("%w (it answered nothing for %s after a call timed out; it is restarted)", ErrHung, silent))
+	})
+}
+
 func (i *instance) recvLoop() {
 	for {
 		batch, err := i.stream.Recv()
@@ -221,6 +275,7 @@ func (i *instance) recvLoop() {
 			i.fail(fmt.Errorf("%w (connection lost: %v)", ErrCrashed, err))
 			return
 		}
+		i.answered.Store(int64(time.Since(i.started)))
 		i.mu.Lock()
 		for _, r := range batch.GetResults() {
 			if ch, ok := i.pending[r.GetCallId()]; ok {
@@ -238,7 +293,11 @@ func (i *instance) recvLoop() {
 // write only queues. Under load, calls thus share writes (and the wake-ups
 // and system calls that go with them); at low load a call is written at
 // once. It returns the instance's error once it has failed.
-func (i *instance) send(o outgoing) error {
+//
+// stallAfter bounds how long this caller may spend writing (its own limit
+// plus the hang grace): a write that takes longer fails the instance,
+// which ends the stream and so the write.
+func (i *instance) send(o outgoing, stallAfter time.Duration) error {
 	i.smu.Lock()
 	if i.sendErr != nil {
 		err := i.sendErr
@@ -260,7 +319,10 @@ func (i *instance) send(o outgoing) error {
 		queue := i.squeue
 		i.squeue = i.sspare[:0]
 		i.smu.Unlock()
+		i.stallAfter.Store(int64(stallAfter))
+		i.stall.Reset(stallAfter)
 		err := i.write(queue)
+		i.stall.Stop()
 		clear(queue)
 		i.smu.Lock()
 		i.sspare = queue[:0]
@@ -274,7 +336,8 @@ func (i *instance) send(o outgoing) error {
 	i.smu.Unlock()
 	if err != nil {
 		i.fail(err)
-		return err
+		<-i.done
+		return i.err // the first reason, e.g. a stalled write, not its effect
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -42,7 +43,7 @@ var _ runner.Runner = (*procRunner)(nil)
 func newProcRunner(cfg Config, base *exec.Cmd) (*procRunner, error) {
 	cmd := exec.Command(cfg.Command, cfg.Args...)
 	cmd.Dir = cfg.Dir
-	env := os.Environ()
+	env := inheritedEnv(os.Environ())
 	for _, k := range slices.Sorted(maps.Keys(cfg.Env)) {
 		env = append(env, k+"="+cfg.Env[k])
 	}
@@ -57,6 +58,14 @@ func newProcRunner(cfg Config, base *exec.Cmd) (*procRunner, error) {
 		return nil, err
 	}
 	return &procRunner{cfg: cfg, cmd: cmd, stdout: stdout, stderr: stderr, exited: make(chan struct{})}, nil
+}
+
+// inheritedEnv is the part of the runtime's environment a plugin inherits:
+// all but the ACEMQ_ variables, which hold the runtime's own secrets (admin
+// token, broker and store URLs with passwords). A flow's env: still passes
+// any variable it names.
+func inheritedEnv(environ []string) []string {
+	return slices.DeleteFunc(environ, func(kv string) bool { return strings.HasPrefix(kv, "ACEMQ_") })
 }
 
 func (r *procRunner) Start(context.Context) error {

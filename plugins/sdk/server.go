@@ -99,13 +99,6 @@ func (s *server) Calls(stream proto.Plugin_CallsServer) error {
 			}
 			break
 		}
-		mu.Lock()
-		for _, id := range batch.GetCancel() {
-			if c, ok := running[id]; ok {
-				c()
-			}
-		}
-		mu.Unlock()
 		for _, call := range batch.GetCalls() {
 			callCtx, callCancel := s.callContext(base, call)
 			id := call.GetCallId()
@@ -124,6 +117,15 @@ func (s *server) Calls(stream proto.Plugin_CallsServer) error {
 				out.send(resp)
 			})
 		}
+		// Cancels after the batch's calls: the host may send a call and
+		// its cancel in the same batch.
+		mu.Lock()
+		for _, id := range batch.GetCancel() {
+			if c, ok := running[id]; ok {
+				c()
+			}
+		}
+		mu.Unlock()
 	}
 	cancelAll()
 	handlers.Wait()

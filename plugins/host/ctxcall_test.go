@@ -1,0 +1,83 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/acemq/acemq-flow/plugins/proto"
+	"github.com/acemq/acemq-flow/plugins/sdk"
+)
+
+// countingServer counts the calls the plugin receives on its stream.
+type countingServer struct {
+	proto.PluginServer
+	calls atomic.Int64
+}
+
+func (s *countingServer) Calls(stream proto.Plugin_CallsServer) error {
+	return s.PluginServer.Calls(&countingStream{Plugin_CallsServer: stream, calls: &s.calls})
+}
+
+type countingStream struct {
+	proto.Plugin_CallsServer
+	calls *atomic.Int64
+}
+
+func (s *countingStream) Recv() (*proto.CallBatch, error) {
+	b, err := s.Plugin_CallsServer.Recv()
+	s.calls.Add(int64(len(b.GetCalls())))
+	return b, err
+}
+
+func TestCallWithEndedContextIsNotSent(t *testing.T) {
+	srv, err := sdk.NewServer(map[string]sdk.Handler{
+		"echo": {Func: func(_ context.Context, req *sdk.Request) (*sdk.Result, error) {
+			return &sdk.Result{Payload: req.Payload}, nil
+		}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	counting := &countingServer{PluginServer: srv}
+	p := startInProcessServer(t, counting)
+
+	cancelled, cancel := context.WithCancel(t.Context())
+	cancel()
+	expired, cancel2 := context.WithDeadline(t.Context(), time.Now().Add(-time.Second))
+	defer cancel2()
+	tests := []struct {
+		name string
+		ctx  context.Context
+		want error
+	}{
+		{"a cancelled context is not sent", cancelled, context.Canceled},
+		{"a context past its deadline is not sent", expired, context.DeadlineExceeded},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := p.Call(tc.ctx, Request{Handler: "echo", Payload: []byte(`1`)})
+			if !errors.Is(err, tc.want) || IsFatal(err) {
+				t.Fatalf("Call(echo) = %v, want %v, retryable", err, tc.want)
+			}
+		})
+	}
+	// The stream is ordered: once this call is answered, the plugin has
+	// received everything sent before it.
+	if _, err := p.Call(t.Context(), Request{Handler: "echo", Payload: []byte(`2`)}); err != nil {
+		t.Fatalf("Call(echo) with a live context: %v", err)
+	}
+	if n := counting.calls.Load(); n != 1 {
+		t.Fatalf("the plugin received %d calls, want 1: calls whose context had ended were sent", n)
+	}
+}
+
+func TestRequestToProtoAlwaysSendsALimit(t *testing.T) {
+	for _, d := range []time.Duration{-time.Second, 0, time.Nanosecond, time.Millisecond} {
+		if ms := requestToProto(1, Request{}, d).GetTimeoutMs(); ms != 1 {
+			t.Errorf("requestToProto(timeout %s): timeout_ms = %d, want 1 (0 means no limit)", d, ms)
+		}
+	}
+}

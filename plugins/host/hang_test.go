@@ -1,0 +1,104 @@
+package host
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/acemq/acemq-flow/test/testenv"
+)
+
+// stopProcess sends SIGSTOP to pid and, when the test ends, SIGCONT (the
+// host kills a hung plugin it restarts; one it did not restart must not be
+// left stopped for Close).
+func stopProcess(t *testing.T, pid int) {
+	t.Helper()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatalf("SIGSTOP %d: %v", pid, err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+}
+
+// waitRestarted waits until p was restarted once and a new process
+// answers echo.
+func waitRestarted(t *testing.T, p *Plugin, oldPid int, within time.Duration) {
+	t.Helper()
+	testenv.Eventually(t, within, func() error {
+		if n := p.Restarts(); n != 1 {
+			return testenv.Errorf("Restarts() = %d, want 1", n)
+		}
+		if pid := p.Pid(); pid == 0 || pid == oldPid {
+			return testenv.Errorf("Pid() = %d (old %d), want a new process", pid, oldPid)
+		}
+		res, err := p.Call(t.Context(), Request{Handler: "echo", Payload: []byte(`"again"`)})
+		if err != nil || string(res.Payload) != `"again"` {
+			return testenv.Errorf("Call(echo) after restart = %q, %v", res.Payload, err)
+		}
+		return nil
+	})
+}
+
+func TestHungPluginIsRestarted(t *testing.T) {
+	p := startTestkit(t, Config{Timeout: 500 * time.Millisecond})
+	oldPid := p.Pid()
+	stopProcess(t, oldPid)
+
+	_, err := p.Call(t.Context(), Request{Handler: "echo", Payload: []byte(`1`)})
+	if err == nil || IsFatal(err) || !errors.Is(err, ErrTimeout) {
+		t.Fatalf("Call(echo) to a stopped plugin: error = %v; want a retryable ErrTimeout", err)
+	}
+	waitRestarted(t, p, oldPid, 20*time.Second)
+	waitGone(t, oldPid, 10*time.Second)
+}
+
+func TestSlowHandlerWhileOthersAnswerIsNotRestarted(t *testing.T) {
+	p := startTestkit(t, Config{Timeout: 500 * time.Millisecond})
+	slow := make(chan error, 1)
+	go func() {
+		// The handler's context ends at the plugin's timeout, but it
+		// answers nothing before it: the host's limit passes first.
+		_, err := p.Call(t.Context(), Request{Handler: "sleep", Payload: []byte(`{"ms":60000}`)})
+		slow <- err
+	}()
+	// Keep echo calls answered past the slow call's timeout and grace.
+	end := time.Now().Add(500*time.Millisecond + hangGrace(500*time.Millisecond) + time.Second)
+	for i := 0; time.Now().Before(end); i++ {
+		payload := []byte(fmt.Sprint(i))
+		res, err := p.Call(t.Context(), Request{Handler: "echo", Payload: payload})
+		if err != nil || !bytes.Equal(res.Payload, payload) {
+			t.Fatalf("Call(echo %d) while a slow call is pending = %q, %v", i, res.Payload, err)
+		}
+	}
+	if err := <-slow; !errors.Is(err, ErrTimeout) {
+		t.Fatalf("Call(sleep 60s) with a 500ms timeout: error = %v, want ErrTimeout", err)
+	}
+	if n := p.Restarts(); n != 0 {
+		t.Fatalf("Restarts() = %d after one slow call while others were answered, want 0", n)
+	}
+}
+
+func TestWriteStalledOnStoppedPluginIsBounded(t *testing.T) {
+	p := startTestkit(t, Config{Timeout: time.Second})
+	oldPid := p.Pid()
+	stopProcess(t, oldPid)
+
+	payload := bytes.Repeat([]byte("x"), 40<<20) // larger than the 16 MiB flow-control window
+	done := make(chan error, 1)
+	go func() {
+		_, err := p.Call(t.Context(), Request{Handler: "echo", Payload: payload})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil || IsFatal(err) {
+			t.Fatalf("Call(echo 40 MiB) to a stopped plugin: error = %v; want a retryable error", err)
+		}
+		t.Logf("Call returned: %v", err)
+	case <-time.After(15 * time.Second):
+		t.Fatal("Call(echo 40 MiB) to a stopped plugin did not return within 15s (Timeout 1s)")
+	}
+	waitRestarted(t, p, oldPid, 20*time.Second)
+}

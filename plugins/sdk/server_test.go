@@ -1,0 +1,76 @@
+package sdk
+
+import (
+	"context"
+	"io"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	gproto "google.golang.org/protobuf/proto"
+
+	"github.com/acemq/acemq-flow/plugins/proto"
+)
+
+// fakeCalls is the server side of a call stream, fed by the test.
+type fakeCalls struct {
+	grpc.ServerStream // not used; nil
+	ctx               context.Context
+	in                chan *proto.CallBatch
+	out               chan *proto.ResultBatch
+}
+
+func (f *fakeCalls) Context() context.Context { return f.ctx }
+
+func (f *fakeCalls) Recv() (*proto.CallBatch, error) {
+	b, ok := <-f.in
+	if !ok {
+		return nil, io.EOF
+	}
+	return b, nil
+}
+
+// Send copies b, as gRPC does: the sender reuses its batches.
+func (f *fakeCalls) Send(b *proto.ResultBatch) error {
+	f.out <- gproto.Clone(b).(*proto.ResultBatch)
+	return nil
+}
+
+func TestCancelInTheSameBatchAsItsCall(t *testing.T) {
+	cancelled := make(chan struct{})
+	srv, err := NewServer(map[string]Handler{
+		"wait": {Func: func(ctx context.Context, _ *Request) (*Result, error) {
+			<-ctx.Done()
+			close(cancelled)
+			return nil, ctx.Err()
+		}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream := &fakeCalls{ctx: t.Context(), in: make(chan *proto.CallBatch, 1), out: make(chan *proto.ResultBatch, 1)}
+	served := make(chan error, 1)
+	go func() { served <- srv.Calls(stream) }()
+
+	stream.in <- &proto.CallBatch{
+		Calls:  []*proto.HandleRequest{{CallId: 7, Handler: "wait"}},
+		Cancel: []uint64{7},
+	}
+	select {
+	case <-cancelled:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a CallBatch holding call 7 and cancel 7: the handler's context was not cancelled within 10s")
+	}
+	select {
+	case b := <-stream.out:
+		if len(b.GetResults()) != 1 || b.GetResults()[0].GetCallId() != 7 {
+			t.Fatalf("answers = %v, want one for call 7", b)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no answer for the cancelled call within 10s")
+	}
+	close(stream.in)
+	if err := <-served; err != nil {
+		t.Fatalf("Calls returned %v after the host closed the stream", err)
+	}
+}
