@@ -47,8 +47,14 @@ func slogLevel(l hclog.Level) slog.Level {
 
 func (a *hclogAdapter) Log(level hclog.Level, msg string, args ...any) {
 	lvl := slogLevel(level)
-	if !a.isOutput && lvl > slog.LevelDebug {
+	switch {
+	case !a.isOutput && lvl > slog.LevelDebug:
 		lvl = slog.LevelDebug
+	case a.isOutput && level == hclog.Debug && len(args) == 0:
+		// A plain stderr line (go-plugin logs it at Debug; a JSON record
+		// always carries its timestamp): what a plugin prints without a
+		// level is meant for a person, a traceback at start-up above all.
+		lvl = slog.LevelInfo
 	}
 	ctx := context.Background()
 	if !a.log.Enabled(ctx, lvl) {

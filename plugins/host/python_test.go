@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -100,3 +101,25 @@ func (h *recordWatch) WithAttrs(as []slog.Attr) slog.Handler {
 }
 
 func (h *recordWatch) WithGroup(string) slog.Handler { return h }
+
+// TestPlainStderrLinesAreLoggedAtInfo: a plugin that dies at start-up
+// printing a plain line (a traceback) must show it in a log at Info, the
+// runtime's default level; go-plugin logs such lines at Debug.
+func TestPlainStderrLinesAreLoggedAtInfo(t *testing.T) {
+	script := filepath.Join(t.TempDir(), "broken-plugin")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\necho 'Traceback: ModuleNotFoundError: No module named grpc' >&2\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	logs := &recordWatch{want: "Traceback: ModuleNotFoundError: No module named grpc", seen: make(chan slog.Record, 1)}
+	if _, err := Start(t.Context(), Config{Name: "broken", Command: script, Logger: slog.New(logs), StartTimeout: 5 * time.Second}); err == nil {
+		t.Fatal("Start of a plugin that exits at once succeeded")
+	}
+	select {
+	case r := <-logs.seen:
+		if r.Level != slog.LevelInfo {
+			t.Errorf("the plugin's stderr line was logged at %s, want INFO", r.Level)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the plugin's stderr line was not logged")
+	}
+}
