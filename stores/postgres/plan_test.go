@@ -20,14 +20,7 @@ import (
 // model), which made every batch cost time in proportion to the table.
 func TestClaimAndConfirmReadOnlyTheirKeys(t *testing.T) {
 	ctx := t.Context()
-	s, err := Open(ctx, testenv.PostgresSchema(t), core.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	s := openMigrated(t)
 	// The statistics are the test's to decide: autovacuum stays off.
 	if _, err := s.pool.Exec(ctx, "ALTER TABLE acemq_idempotency SET (autovacuum_enabled = false)"); err != nil {
 		t.Fatal(err)
@@ -118,14 +111,7 @@ func explain(t *testing.T, s *Store, sql string, args ...any) (string, error) {
 // sorts.
 func TestOutboxReadsWalkTheIndexInIDOrder(t *testing.T) {
 	ctx := t.Context()
-	s, err := Open(ctx, testenv.PostgresSchema(t), core.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	s := openMigrated(t)
 	if _, err := s.pool.Exec(ctx, "ALTER TABLE acemq_outbox SET (autovacuum_enabled = false)"); err != nil {
 		t.Fatal(err)
 	}
@@ -198,4 +184,18 @@ func explainInIDOrder(t *testing.T, s *Store, sql string, args ...any) string {
 		t.Fatalf("EXPLAIN %s: %v", sql, err)
 	}
 	return b.String()
+}
+
+// openMigrated opens a store on a schema of the test's own, with its tables.
+func openMigrated(t *testing.T) *Store {
+	t.Helper()
+	s, err := Open(t.Context(), testenv.PostgresSchema(t), core.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if err := s.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

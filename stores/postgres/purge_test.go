@@ -19,14 +19,7 @@ import (
 // waits for b: PostgreSQL aborts one of them. Both must succeed.
 func TestPurgeNeverDeadlocksWithClaims(t *testing.T) {
 	ctx := t.Context()
-	s, err := Open(ctx, testenv.PostgresSchema(t), core.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	s := openMigrated(t)
 	now := time.Now()
 	for i, key := range []string{"b", "c", "a"} {
 		exp := now.Add(time.Duration(i-3) * time.Hour)
@@ -110,14 +103,7 @@ WHERE wait_event_type = 'Lock' AND query LIKE $1 AND datname = current_database(
 // cut-off.
 func TestPurgesWorkInBatches(t *testing.T) {
 	ctx := t.Context()
-	s, err := Open(ctx, testenv.PostgresSchema(t), core.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	s := openMigrated(t)
 	SetPurgeBatch(t, 7)
 	exec := func(sql string, args ...any) {
 		t.Helper()

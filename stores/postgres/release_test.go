@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/acemq/acemq-flow/stores/internal/core"
-	"github.com/acemq/acemq-flow/test/testenv"
 )
 
 // TestFailedClaimBatchReleasesWhatItClaimed fails a claim batch after its
@@ -18,14 +17,7 @@ import (
 // lease ended.
 func TestFailedClaimBatchReleasesWhatItClaimed(t *testing.T) {
 	ctx := t.Context()
-	s, err := Open(ctx, testenv.PostgresSchema(t), core.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	s := openMigrated(t)
 	inserter, err := s.pool.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
