@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/acemq/acemq-flow/runtime/broker"
 	"github.com/acemq/acemq-flow/stores"
@@ -403,7 +402,7 @@ func (g *group) count(outcome string) {
 // lost, the runtime stopping) leaves the message to the broker, requeued,
 // to be handled again.
 func (g *group) publishFailed(ctx context.Context, d *broker.Delivery, in Inbound, dec Decision, err error, t *Ticket) {
-	fatal := errors.Is(err, broker.ErrUnroutable) || broker.ReplyCode(err) == amqp.NotFound
+	fatal := errors.Is(err, broker.ErrUnroutable) || broker.MissingExchange(err)
 	switch {
 	case fatal && dec.Outcome != OutcomeDeadLettered:
 		g.log.Warn("result unroutable; dead-lettering the message", "message_id", in.Env.MessageID, "error", err)

@@ -54,6 +54,20 @@ func ReplyCode(err error) int {
 	return 0
 }
 
+// MissingExchange reports whether err is the failure of a publish to an
+// exchange that does not exist: the broker closed the channel with 404
+// naming the publish's own exchange. The other publishes in flight on that
+// channel fail with the same close, but not for a fault of theirs: for
+// them it reports false.
+func MissingExchange(err error) bool {
+	var ie *IndeterminateError
+	var ae *amqp.Error
+	if !errors.As(err, &ie) || !errors.As(err, &ae) || ae.Code != amqp.NotFound {
+		return false
+	}
+	return strings.Contains(ae.Reason, fmt.Sprintf("no exchange '%s'", ie.Exchange))
+}
+
 // UnroutableError reports a message the broker returned because no queue was
 // bound for it (mandatory publish, basic.return). The message was not stored
 // anywhere; publishing it again will fail the same way until a queue is bound.

@@ -198,6 +198,11 @@ func (p *Publisher) publish(ctx context.Context, msg *Message, pd *Pending, fn f
 	if msg.DeliveryMode == 0 {
 		msg.DeliveryMode = amqp.Persistent
 	}
+	// A header AMQP cannot carry is the message's own fault; found here,
+	// any error from the write below means the channel is going.
+	if err := msg.Headers.Validate(); err != nil {
+		return fmt.Errorf("publish message %q to %s: %w", msg.MessageId, exchangeName(msg.Exchange), err)
+	}
 	for {
 		if err := p.conn.waitUnblocked(ctx); err != nil {
 			return err
@@ -219,16 +224,12 @@ func (p *Publisher) publish(ctx context.Context, msg *Message, pd *Pending, fn f
 		// The ring append happens under the same lock as the write, so the
 		// confirm loop never sees a confirm before its entry.
 		dc, err := g.ch.PublishWithDeferredConfirm(msg.Exchange, msg.RoutingKey, !msg.NotMandatory, false, msg.Publishing)
-		if err != nil && !g.ch.IsClosed() {
-			// Refused before anything was written (a header of a type AMQP
-			// cannot carry): the message itself is wrong.
-			p.mu.Unlock()
-			return fmt.Errorf("publish message %q to %s: %w", msg.MessageId, exchangeName(msg.Exchange), err)
-		}
 		if err != nil || dc == nil {
 			p.mu.Unlock()
-			// Nothing reached the broker (the channel was already closed):
-			// wait for the next channel and write it there.
+			// Nothing reached the broker: the channel is closed or closing
+			// (amqp091-go marks the connection closed before its channels,
+			// so IsClosed may still say no). Wait for the next channel and
+			// write it there.
 			if err := p.await(ctx, g.dead, nil); err != nil {
 				return err
 			}
