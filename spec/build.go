@@ -189,11 +189,12 @@ func (b *builder) retry(n *node, base Retry, at Pos) Retry {
 	if v, ok := b.int(n, "max_attempts"); ok {
 		r.MaxAttempts = v
 	}
-	if v, _, ok := b.duration(n, "initial_delay"); ok {
-		r.InitialDelay = v
+	delayAt := map[string]Pos{"initial_delay": n.pos, "max_delay": n.pos}
+	if v, at, ok := b.duration(n, "initial_delay"); ok {
+		r.InitialDelay, delayAt["initial_delay"] = v, at
 	}
-	if v, _, ok := b.duration(n, "max_delay"); ok {
-		r.MaxDelay = v
+	if v, at, ok := b.duration(n, "max_delay"); ok {
+		r.MaxDelay, delayAt["max_delay"] = v, at
 	}
 	if v, ok := b.float(n, "jitter"); ok {
 		r.Jitter = v
@@ -204,6 +205,16 @@ func (b *builder) retry(n *node, base Retry, at Pos) Retry {
 	}
 	if r.InitialDelay < time.Millisecond {
 		b.d.errorf(n.pos, "retry-delays", "use at least 1ms", "retry initial_delay %s is shorter than a millisecond", r.InitialDelay)
+	}
+	// Rung queues are named and timed in whole milliseconds (x-message-ttl).
+	for _, d := range []struct {
+		key string
+		v   time.Duration
+	}{{"initial_delay", r.InitialDelay}, {"max_delay", r.MaxDelay}} {
+		if d.v >= time.Millisecond && d.v%time.Millisecond != 0 {
+			b.d.errorf(delayAt[d.key], "retry-delays", fmt.Sprintf("write it in whole milliseconds, such as %s", d.v.Round(time.Millisecond)),
+				"retry %s %s is not a whole number of milliseconds", d.key, d.v)
+		}
 	}
 	return r
 }

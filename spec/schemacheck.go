@@ -181,6 +181,17 @@ func schemaDiagnostic(root *node, ve *jsonschema.ValidationError) Diagnostic {
 	case "format":
 		diag.Code = "invalid-value"
 		diag.Msg = fmt.Sprintf("%s is %s, which %s", where, scalarText(n), ve.Message)
+	case "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum":
+		// "must be <= 1000 but found 100000000": the bound is the remedy.
+		diag.Code = "out-of-range"
+		diag.Msg = fmt.Sprintf("%s is %s, out of range", where, scalarText(n))
+		if m := bound.FindStringSubmatch(ve.Message); m != nil {
+			diag.Hint = fmt.Sprintf("use a value %s %s", map[string]string{">=": "of at least", "<=": "of at most", ">": "above", "<": "below"}[m[1]], m[2])
+		}
+	case "minItems":
+		diag.Code = "too-few"
+		diag.Msg = fmt.Sprintf("%s is empty", where)
+		diag.Hint = "add at least one"
 	default:
 		diag.Msg = fmt.Sprintf("%s: %s", where, ve.Message)
 		if h := patternHint(ve.AbsoluteKeywordLocation + " " + ve.KeywordLocation); h != "" {
@@ -189,6 +200,10 @@ func schemaDiagnostic(root *node, ve *jsonschema.ValidationError) Diagnostic {
 	}
 	return diag
 }
+
+// bound reads the comparison and limit of a range message ("must be <= 1000
+// but found 5000").
+var bound = regexp.MustCompile(`must be (>=|<=|>|<) ([-0-9.e+]+)`)
 
 func quoteAll(ss []string) []string {
 	out := make([]string, len(ss))
