@@ -1,6 +1,7 @@
 package spec
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"io/fs"
@@ -178,5 +179,7 @@ func readLimited(fsys fs.FS, file, name string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s cannot be read: %w", name, err)
 	}
-	return data, nil
+	// A byte order mark, as some Windows editors write, is not part of the
+	// text: left in, it joined the first key ("\ufeffversion").
+	return bytes.TrimPrefix(data, []byte("\xef\xbb\xbf")), nil
 }
