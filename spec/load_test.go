@@ -339,3 +339,21 @@ itineraries:
 		t.Errorf("the memory budget took %s to stop a runaway expression", d)
 	}
 }
+
+// TestAByteOrderMarkIsNotPartOfTheText: a file some Windows editors start
+// with a byte order mark loads, named or found in a folder.
+func TestAByteOrderMarkIsNotPartOfTheText(t *testing.T) {
+	for _, path := range []string{"testdata/valid/bom.yaml", "testdata/valid"} {
+		set, err := LoadPaths(Options{}, path)
+		if err != nil {
+			t.Fatalf("LoadPaths(%s): %v", path, err)
+		}
+		found := false
+		for _, f := range set.Flows {
+			found = found || f.Name == "bom"
+		}
+		if !found {
+			t.Errorf("LoadPaths(%s) did not load the flow of bom.yaml", path)
+		}
+	}
+}
