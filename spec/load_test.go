@@ -344,7 +344,7 @@ itineraries:
 // with a byte order mark loads, named or found in a folder.
 func TestAByteOrderMarkIsNotPartOfTheText(t *testing.T) {
 	for _, path := range []string{"testdata/valid/bom.yaml", "testdata/valid"} {
-		set, err := LoadPaths(Options{}, path)
+		set, err := spec.LoadPaths(spec.Options{}, path)
 		if err != nil {
 			t.Fatalf("LoadPaths(%s): %v", path, err)
 		}
