@@ -357,3 +357,38 @@ func TestAByteOrderMarkIsNotPartOfTheText(t *testing.T) {
 		}
 	}
 }
+
+// TestARefOutsideTheFolderIsRefusedHoweverTheFlowIsNamed: named alone, a
+// flow's folder is the root of the file system it is read from, where URL
+// resolution turned "../secret.json" into the secret.json beside the flow
+// (a decoy here) and loaded it without a word.
+func TestARefOutsideTheFolderIsRefusedHoweverTheFlowIsNamed(t *testing.T) {
+	_, err := spec.LoadPaths(spec.Options{}, "testdata/invalid/ref-outside/flows/flow.yaml")
+	if err == nil || !strings.Contains(err.Error(), `$ref "../secret.json" points outside the flow file's folder`) {
+		t.Fatalf("LoadPaths(flows/flow.yaml) = %v, want the $ref refused as outside the folder", err)
+	}
+}
+
+// TestARefThroughASymbolicLinkStaysInside: a $ref file that is a symbolic
+// link to a file outside the folder the flows were named in is not read.
+func TestARefThroughASymbolicLinkStaysInside(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "outside.json"), []byte(`{"type": "string"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	flows := filepath.Join(dir, "flows")
+	if err := os.Mkdir(flows, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(dir, "outside.json"), filepath.Join(flows, "s.json")); err != nil {
+		t.Fatal(err)
+	}
+	flow := "version: acemq.flow/v1\nname: sym\ntypes:\n  S: {$ref: s.json}\n"
+	if err := os.WriteFile(filepath.Join(flows, "f.yaml"), []byte(flow), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := spec.LoadPaths(spec.Options{}, filepath.Join(flows, "f.yaml"))
+	if err == nil || !strings.Contains(err.Error(), "s.json cannot be read") {
+		t.Fatalf("LoadPaths with a $ref linked outside = %v, want s.json refused", err)
+	}
+}

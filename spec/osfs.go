@@ -50,7 +50,15 @@ func LoadPaths(opts Options, paths ...string) (*Set, error) {
 			return full
 		}
 	}
-	return LoadWith(os.DirFS(root), opts, rel...)
+	// Through os.Root, no path, $ref files' symbolic links included, leads
+	// out of the folder the flows were named in.
+	r, err := os.OpenRoot(root)
+	if err != nil {
+		// A folder that does not exist: the loader names each missing path.
+		return LoadWith(os.DirFS(root), opts, rel...)
+	}
+	defer r.Close()
+	return LoadWith(r.FS(), opts, rel...)
 }
 
 // commonDir is the deepest folder that holds every path. A path that is a

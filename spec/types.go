@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"path"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 
@@ -135,6 +136,43 @@ func (e refOutside) Error() string {
 	return fmt.Sprintf("$ref %q points outside the flow file's folder", e.ref)
 }
 
+// checkRefs refuses a document whose $refs name a file by an absolute path
+// or through "..": resolved as URLs, they stop at the root of the file
+// system the flows were loaded from, which is the flow file's own folder
+// when it was named alone, so "../b.json" silently read "b.json" beside
+// the flow instead of refusing it.
+func checkRefs(doc []byte) error {
+	var v any
+	if json.Unmarshal(doc, &v) != nil {
+		return nil // the compiler reports what does not parse
+	}
+	var walk func(any) error
+	walk = func(v any) error {
+		switch v := v.(type) {
+		case map[string]any:
+			for k, x := range v {
+				if r, ok := x.(string); ok && k == "$ref" {
+					file, _, _ := strings.Cut(r, "#")
+					if strings.HasPrefix(file, "/") || slices.Contains(strings.Split(file, "/"), "..") {
+						return refOutside{ref: r}
+					}
+				}
+				if err := walk(x); err != nil {
+					return err
+				}
+			}
+		case []any:
+			for _, x := range v {
+				if err := walk(x); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	return walk(v)
+}
+
 func (tc *typeCompiler) load(u string) (io.ReadCloser, error) {
 	pu, err := url.Parse(u)
 	if err != nil || pu.Scheme != "file" || pu.Host != "" {
@@ -150,6 +188,9 @@ func (tc *typeCompiler) load(u string) (io.ReadCloser, error) {
 	}
 	if len(data) > MaxFileSize {
 		return nil, fmt.Errorf("$ref file %s is over the %d byte limit", p, MaxFileSize)
+	}
+	if err := checkRefs(data); err != nil {
+		return nil, err
 	}
 	return io.NopCloser(bytes.NewReader(data)), nil
 }
@@ -168,6 +209,9 @@ func (tc *typeCompiler) compile(name string, raw []byte) (*jsonschema.Schema, er
 	// The inline document lives beside the flow file, so relative $refs in
 	// it resolve against the flow file's folder.
 	u := fileURL(path.Join(tc.dir, tc.base+".types."+name+".json"))
+	if err := checkRefs(raw); err != nil {
+		return nil, err
+	}
 	if err := tc.c.AddResource(u, bytes.NewReader(raw)); err != nil {
 		return nil, err
 	}
