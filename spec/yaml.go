@@ -109,6 +109,54 @@ type yamlParser struct {
 
 // parseYAML parses one flow file. It returns nil when the file cannot be
 // parsed, with the reasons in d.
+// flowTooDeep reports where flow-style collections ([ and {) in data first
+// nest deeper than maxDepth. Quoted text and comments are skipped; a bracket
+// in a plain scalar counts, which only matters for text no flow file has.
+func flowTooDeep(data []byte) (line, col int, deep bool) {
+	depth := 0
+	line, col = 1, 0
+	var quote byte // ' or " while inside a quoted scalar
+	comment := false
+	prev := byte('\n')
+	for i := 0; i < len(data); i++ {
+		c := data[i]
+		col++
+		switch {
+		case c == '\n':
+			line, col, comment = line+1, 0, false
+			if quote == 0 {
+				prev = c
+				continue
+			}
+		case comment:
+		case quote == '"' && c == '\\':
+			i++ // an escaped character
+			col++
+		case quote != 0:
+			if c == quote {
+				if quote == '\'' && i+1 < len(data) && data[i+1] == '\'' {
+					i++ // '' inside single quotes
+					col++
+				} else {
+					quote = 0
+				}
+			}
+		case c == '#' && (prev == ' ' || prev == '\t' || prev == '\n'):
+			comment = true
+		case c == '"' || c == '\'':
+			quote = c
+		case c == '[' || c == '{':
+			if depth++; depth > maxDepth {
+				return line, col, true
+			}
+		case c == ']' || c == '}':
+			depth = max(depth-1, 0)
+		}
+		prev = c
+	}
+	return 0, 0, false
+}
+
 func parseYAML(file string, data []byte, env func(string) (string, bool), d *diags) (root *node) {
 	start := Pos{File: file, Line: 1, Col: 1}
 	if len(data) > MaxFileSize {
@@ -129,6 +177,13 @@ func parseYAML(file string, data []byte, env func(string) (string, bool), d *dia
 			root = nil
 		}
 	}()
+	if line, col, deep := flowTooDeep(data); deep {
+		// Checked before parsing: the parser's memory grows with the square
+		// of flow-style nesting ([[[[…), and a 200 KB file exhausted it.
+		d.errorf(Pos{File: file, Line: line, Col: col}, "too-deep", "flatten the structure",
+			"the YAML nests deeper than %d levels", maxDepth)
+		return nil
+	}
 	f, err := parser.ParseBytes(data, 0)
 	if err != nil {
 		d.list = append(d.list, syntaxDiagnostic(file, err))
