@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+
+	"github.com/acemq/acemq-flow/spec"
 )
 
 // ErrUnknownConsumer is returned for a consumer id no flow declares.
@@ -114,6 +116,17 @@ var ErrTooManyConsumers = errors.New("too many consumers")
 // checkConsumerCount refuses flows whose consumer groups add up to more
 // than MaxConsumers.
 func checkConsumerCount(plan *Plan) error {
+	d := TooManyConsumers(plan)
+	if d == nil {
+		return nil
+	}
+	return fmt.Errorf("%s: %w: %s; %s", d.Pos, ErrTooManyConsumers, d.Msg, d.Hint)
+}
+
+// TooManyConsumers is the diagnostic, at the largest group, of flows whose
+// consumer groups add up to more consumers than one runtime runs
+// (MaxConsumers), or nil. `validate` reports it; `run` refuses to start.
+func TooManyConsumers(plan *Plan) *spec.Diagnostic {
 	total, biggest := 0, -1
 	for i, c := range plan.Consumers {
 		total += max(c.Concurrency, 1)
@@ -125,8 +138,10 @@ func checkConsumerCount(plan *Plan) error {
 		return nil
 	}
 	c := plan.Consumers[biggest]
-	return fmt.Errorf("%s: %w: the flows' concurrency adds up to %d consumers, more than the %d one runtime can run (each consumes on a channel of its own, on one connection); the largest is consumer %q with %d: lower concurrency, or split the flows across runtimes",
-		c.At, ErrTooManyConsumers, total, MaxConsumers, c.ID, c.Concurrency)
+	return &spec.Diagnostic{Pos: c.At, Severity: spec.Error, Code: "too-many-consumers",
+		Msg: fmt.Sprintf("the flows' concurrency adds up to %d consumers, more than the %d one runtime can run (each consumes on a channel of its own, on one connection); the largest is consumer %q with %d",
+			total, MaxConsumers, c.ID, c.Concurrency),
+		Hint: "lower concurrency, or split the flows across runtimes"}
 }
 
 // Prefetch changes a group's prefetch, on its running consumers at once.

@@ -42,6 +42,9 @@ func loadAndCompile(io streams, paths []string) (*spec.Set, *runtime.Plan, spec.
 		}
 		return set, nil, mergeDiags(diags, ds)
 	}
+	if d := runtime.TooManyConsumers(plan); d != nil {
+		return set, nil, mergeDiags(diags, spec.Diagnostics{*d})
+	}
 	return set, plan, diags
 }
 

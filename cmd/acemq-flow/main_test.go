@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -118,5 +119,21 @@ func TestPlanPrintsDeclarationLineAndFullQueueNames(t *testing.T) {
 	_, _, code = cli(t, "plan", "../../spec/testdata/invalid/type-flow.yaml")
 	if code != 1 {
 		t.Errorf("plan of an invalid flow: exit %d, want 1", code)
+	}
+}
+
+// TestValidateRefusesMoreConsumersThanARuntimeRuns: flows whose consumer
+// groups add up to more than one runtime runs fail validate, in CI, not
+// `run` at deploy time.
+func TestValidateRefusesMoreConsumersThanARuntimeRuns(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "big.yaml")
+	flow := "version: acemq.flow/v1\nname: big\nplugins:\n  k: {command: ./k}\npipelines:\n  - name: p\n    steps:\n" +
+		"      - {name: a, handler: k.echo, concurrency: 1500}\n      - {name: b, handler: k.echo, concurrency: 600}\n"
+	if err := os.WriteFile(file, []byte(flow), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, _, code := cli(t, "validate", file)
+	if code != 1 || !strings.Contains(out, "big.yaml:8:10: error: the flows' concurrency adds up to 2100 consumers") {
+		t.Fatalf("validate = %d:\n%s\nwant exit 1 naming big.yaml:8:10 and the 2100 consumers", code, out)
 	}
 }
