@@ -260,6 +260,7 @@ func Compile(flows []*spec.Flow) (*Plan, error) {
 		}
 	}
 	c.deadLetterQueues()
+	c.brokerNames()
 	if len(c.diags) > 0 {
 		c.diags.Sort()
 		return nil, c.diags
@@ -580,6 +581,33 @@ func (c *compiler) schedule(f *spec.Flow, s *spec.Schedule) {
 }
 
 // finish sorts everything by name so the plan is the same on every run.
+// brokerNames refuses names the broker would refuse when they are
+// declared: over AMQP's 255 bytes (a long pipeline and step name make a
+// longer retry queue name), or starting with "amq.", which RabbitMQ keeps
+// for itself. Said here, in validate, rather than by the broker at start.
+func (c *compiler) brokerNames() {
+	check := func(kind, name string, at spec.Pos) {
+		switch {
+		case len(name) > 255:
+			c.errorf(at, "name-too-long", "shorten the names it is made of",
+				"%s name %q is %d bytes, over the 255 bytes AMQP allows", kind, name, len(name))
+		case strings.HasPrefix(name, "amq."):
+			c.errorf(at, "reserved-name", "choose a name that does not start with amq.",
+				"%s name %q starts with amq., which RabbitMQ reserves for its own %ss", kind, name, kind)
+		}
+	}
+	for _, q := range c.queues {
+		if q.Mode == Declare {
+			check("queue", q.Name, q.At)
+		}
+	}
+	for _, e := range c.exchanges {
+		if e.Mode == Declare {
+			check("exchange", e.Name, e.At)
+		}
+	}
+}
+
 func (c *compiler) finish() {
 	for _, e := range c.exchanges {
 		c.plan.Exchanges = append(c.plan.Exchanges, *e)

@@ -125,3 +125,37 @@ func TestRetryLadderArithmetic(t *testing.T) {
 		t.Errorf(".dlq is %s with %v; want a classic queue with no delivery limit", q.Type, q.Arguments)
 	}
 }
+
+// TestNamesTheBrokerWouldRefuseAreErrors: a declared queue or exchange name
+// over AMQP's 255 bytes, or starting with amq., fails the compile (so
+// validate), naming it, rather than the declare at start.
+func TestNamesTheBrokerWouldRefuseAreErrors(t *testing.T) {
+	long := strings.Repeat("s", 200)
+	set, err := spec.Load(testFS(`version: acemq.flow/v1
+name: names
+plugins:
+  k: {command: ./k}
+pipelines:
+  - name: amq.orders
+    steps:
+      - {name: a, handler: k.a}
+  - name: `+long+`
+    steps:
+      - {name: `+long+`, handler: k.a}
+`), "f.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = runtime.Compile(set.Flows)
+	ds, ok := err.(spec.Diagnostics)
+	if !ok {
+		t.Fatalf("Compile = %v, want diagnostics", err)
+	}
+	codes := map[string]int{}
+	for _, d := range ds {
+		codes[d.Code]++
+	}
+	if codes["reserved-name"] == 0 || codes["name-too-long"] == 0 {
+		t.Errorf("Compile diagnostics %v; want reserved-name for amq.orders and name-too-long for the long step's queues:\n%s", codes, ds.Error())
+	}
+}
