@@ -310,7 +310,8 @@ func (b *builder) itinerary(n *node) *Itinerary {
 
 func (b *builder) when(n *node) Condition {
 	src, pos := b.str(n, "when")
-	return Condition{Source: src, Pos: pos}
+	v := n.get("when")
+	return Condition{Source: src, Pos: pos, quoted: v != nil && v.quoted}
 }
 
 func (b *builder) consumer(n *node, def Defaults) *Consumer {

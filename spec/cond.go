@@ -25,6 +25,7 @@ const (
 type Condition struct {
 	Source  string `json:"when,omitempty"`
 	Pos     Pos    `json:"-"`
+	quoted  bool   // written in quotes: its text starts a column after Pos
 	program *vm.Program
 }
 

@@ -34,14 +34,15 @@ const (
 // node is a YAML value with its position: the tree the model is built from
 // and the schema is checked against. Aliases share the anchored node.
 type node struct {
-	kind  kind
-	pos   Pos
-	keys  []*node // kMap: scalar key nodes, in file order
-	vals  []*node // kMap: values, parallel to keys
-	items []*node // kSeq
-	value any     // kScalar: string, int64, float64, bool or nil
-	subst bool    // kScalar: the value came (in part) from ${VAR} substitution
-	size  int     // nodes below and including this one, aliases expanded
+	kind   kind
+	pos    Pos
+	keys   []*node // kMap: scalar key nodes, in file order
+	vals   []*node // kMap: values, parallel to keys
+	items  []*node // kSeq
+	value  any     // kScalar: string, int64, float64, bool or nil
+	subst  bool    // kScalar: the value came (in part) from ${VAR} substitution
+	quoted bool    // kScalar: written in quotes, so its text starts a column after pos
+	size   int     // nodes below and including this one, aliases expanded
 }
 
 func (n *node) str() (string, bool) {
@@ -396,6 +397,9 @@ func (p *yamlParser) convert(an ast.Node, depth int, key string, inArgs bool) *n
 		out.value = math.NaN()
 	case *ast.StringNode:
 		out.value = p.substitute(n.Value, out)
+		if tk := n.GetToken(); tk != nil {
+			out.quoted = tk.Type == token.SingleQuoteType || tk.Type == token.DoubleQuoteType
+		}
 	case *ast.LiteralNode:
 		s := ""
 		if n.Value != nil {
