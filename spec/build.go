@@ -349,10 +349,12 @@ func (b *builder) queue(n *node, def Defaults) *Queue {
 	q.DeadLetter, _ = b.bool(n, "dead_letter")
 	if a := n.get("arguments"); a != nil && a.kind == kMap {
 		q.Arguments = map[string]any{}
+		q.argPos = map[string]Pos{}
 		for i, k := range a.keys {
 			v := a.vals[i]
 			if v.kind == kScalar {
 				q.Arguments[k.value.(string)] = v.value
+				q.argPos[k.value.(string)] = v.pos
 			}
 		}
 	}

@@ -359,11 +359,11 @@ func (c *fileChecker) queueArgs(q *Queue) {
 		switch k {
 		case "x-message-ttl", "x-delivery-limit", "x-max-length", "x-max-length-bytes", "x-expires", "x-max-priority":
 			if _, ok := v.(int64); !ok {
-				c.d.errorf(q.Pos, "argument-type", "write a whole number (the broker refuses strings here)",
+				c.d.errorf(q.argAt(k), "argument-type", "write a whole number (the broker refuses strings here)",
 					"queue %q argument %s is %v, not a whole number", q.Name, k, v)
 			}
 		case "x-queue-type":
-			c.d.errorf(q.Pos, "argument-type", "set `type: quorum` or `type: classic` instead",
+			c.d.errorf(q.argAt(k), "argument-type", "set `type: quorum` or `type: classic` instead",
 				"queue %q sets x-queue-type in arguments", q.Name)
 		}
 	}

@@ -228,6 +228,15 @@ type Queue struct {
 	Type       string         `yaml:"type"` // quorum | classic
 	Arguments  map[string]any `yaml:"arguments"`
 	DeadLetter bool           `yaml:"dead_letter"`
+	argPos     map[string]Pos // where each argument's value is written
+}
+
+// argAt is where argument k's value is written, or the queue's position.
+func (q *Queue) argAt(k string) Pos {
+	if p, ok := q.argPos[k]; ok {
+		return p
+	}
+	return q.Pos
 }
 
 // Saga is a durable sequence of steps with compensations, run in reverse when
