@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -36,13 +37,14 @@ const (
 type node struct {
 	kind   kind
 	pos    Pos
-	keys   []*node // kMap: scalar key nodes, in file order
-	vals   []*node // kMap: values, parallel to keys
-	items  []*node // kSeq
-	value  any     // kScalar: string, int64, float64, bool or nil
-	subst  bool    // kScalar: the value came (in part) from ${VAR} substitution
-	quoted bool    // kScalar: written in quotes, so its text starts a column after pos
-	size   int     // nodes below and including this one, aliases expanded
+	keys   []*node         // kMap: scalar key nodes, in file order
+	vals   []*node         // kMap: values, parallel to keys
+	items  []*node         // kSeq
+	value  any             // kScalar: string, int64, float64, bool or nil
+	subst  bool            // kScalar: the value came (in part) from ${VAR} substitution
+	quoted bool            // kScalar: written in quotes, so its text starts a column after pos
+	merged map[string]bool // kMap, while read: keys copied by a merge key (<<), which a key written in the mapping overrides
+	size   int             // nodes below and including this one, aliases expanded
 }
 
 func (n *node) str() (string, bool) {
@@ -470,9 +472,16 @@ func (p *yamlParser) mapValue(out *node, mv *ast.MappingValueNode, depth int, in
 			p.d.errorf(kpos, "complex-key", "use a plain string as the key", "a mapping key must be a string")
 		}
 	}
+	override := -1
 	if out.get(name) != nil {
-		p.d.errorf(kpos, "duplicate-key", "remove one of the two", "key %q appears twice in this mapping (first at %s)", name, out.keyPos(name))
-		return
+		if !out.merged[name] {
+			p.d.errorf(kpos, "duplicate-key", "remove one of the two", "key %q appears twice in this mapping (first at %s)", name, out.keyPos(name))
+			return
+		}
+		// A key written in the mapping overrides the one a merge copied
+		// in (YAML merge keys), before or after the <<.
+		override = slices.IndexFunc(out.keys, func(k *node) bool { return k.value == name })
+		delete(out.merged, name)
 	}
 	child := p.convert(mv.Value, depth+1, name, inArgs || name == "arguments")
 	if p.failed {
@@ -482,7 +491,14 @@ func (p *yamlParser) mapValue(out *node, mv *ast.MappingValueNode, depth int, in
 		// `key:` with nothing after it is null, positioned after the key.
 		child = &node{kind: kScalar, pos: kpos, size: 1}
 	}
-	out.keys = append(out.keys, &node{kind: kScalar, pos: kpos, value: name, size: 1})
+	key := &node{kind: kScalar, pos: kpos, value: name, size: 1}
+	if override >= 0 {
+		out.size -= out.vals[override].size
+		out.keys[override], out.vals[override] = key, child
+		out.size += child.size
+		return
+	}
+	out.keys = append(out.keys, key)
 	out.vals = append(out.vals, child)
 	out.size += child.size + 1
 }
@@ -511,6 +527,10 @@ func (p *yamlParser) merge(out *node, mv *ast.MappingValueNode, depth int, kpos 
 				out.keys = append(out.keys, k)
 				out.vals = append(out.vals, src.vals[i])
 				out.size += src.vals[i].size + 1
+				if out.merged == nil {
+					out.merged = map[string]bool{}
+				}
+				out.merged[k.value.(string)] = true
 			}
 		}
 	}
