@@ -504,6 +504,10 @@ func (p *Plugin) startError(run *procRunner, began time.Time, err error) error {
 // first, then SIGKILL to the whole process group after killGrace (go-plugin
 // can hang on a plugin that does not answer), and waits for the exit.
 func (p *Plugin) releaseProcess(client *plugin.Client, run *procRunner) error {
+	if run != nil && run.socketDir != "" {
+		// go-plugin leaves it behind when the process could not be run.
+		defer os.RemoveAll(run.socketDir)
+	}
 	killed := make(chan struct{})
 	go func() {
 		defer close(killed)

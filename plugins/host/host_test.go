@@ -452,3 +452,23 @@ func waitPending(t *testing.T, p *Plugin, n int) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestFailedStartsLeaveNoSocketFolder: go-plugin makes a folder for the
+// plugin's socket before it runs the command and removes it only for a
+// process that started; every failed start or restart left one behind.
+func TestFailedStartsLeaveNoSocketFolder(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	for _, cmd := range []string{"/nonexistent/plugin", "/bin/true"} {
+		if _, err := Start(t.Context(), Config{Name: "bad", Command: cmd, StartTimeout: 5 * time.Second}); err == nil {
+			t.Fatalf("Start(%s) succeeded", cmd)
+		}
+		entries, err := os.ReadDir(tmp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			t.Errorf("after a failed start of %s, %s is left in the temporary folder", cmd, e.Name())
+		}
+	}
+}

@@ -33,6 +33,8 @@ type procRunner struct {
 
 	exited  chan struct{} // closed once the process has been waited for
 	waitErr error         // set before exited is closed
+
+	socketDir string // go-plugin's folder for the plugin's socket; removed on release
 }
 
 var _ runner.Runner = (*procRunner)(nil)
@@ -139,11 +141,15 @@ func (r *procRunner) HostToPlugin(network, addr string) (string, string, error) 
 // runnerFunc adapts newProcRunner to go-plugin's ClientConfig.RunnerFunc,
 // remembering the runner so the host can kill and watch it.
 func runnerFunc(cfg Config, out *atomic.Pointer[procRunner]) func(hclog.Logger, *exec.Cmd, string) (runner.Runner, error) {
-	return func(_ hclog.Logger, base *exec.Cmd, _ string) (runner.Runner, error) {
+	return func(_ hclog.Logger, base *exec.Cmd, socketDir string) (runner.Runner, error) {
 		r, err := newProcRunner(cfg, base)
 		if err != nil {
+			// go-plugin removes the socket folder it made only for a
+			// process that started.
+			_ = os.RemoveAll(socketDir)
 			return nil, err
 		}
+		r.socketDir = socketDir
 		out.Store(r)
 		return r, nil
 	}
