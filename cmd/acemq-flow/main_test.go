@@ -137,3 +137,15 @@ func TestValidateRefusesMoreConsumersThanARuntimeRuns(t *testing.T) {
 		t.Fatalf("validate = %d:\n%s\nwant exit 1 naming big.yaml:8:10 and the 2100 consumers", code, out)
 	}
 }
+
+// TestRunRefusesTimeoutsThatAreNotPositive: a drain timeout or claim lease
+// of zero or less is a usage error, not a runtime that drains nothing.
+func TestRunRefusesTimeoutsThatAreNotPositive(t *testing.T) {
+	for _, flag := range []string{"--drain-timeout=-1s", "--claim-timeout=0s"} {
+		_, errOut, code := cli(t, "run", flag, "../../examples/flows/fulfilment.yaml")
+		name := strings.SplitN(flag, "=", 2)[0]
+		if code != 2 || !strings.Contains(errOut, name) || !strings.Contains(errOut, "must be positive") {
+			t.Errorf("run %s = %d, %q; want exit 2 saying %s must be positive", flag, code, errOut, name)
+		}
+	}
+}

@@ -69,6 +69,12 @@ ACEMQ_ADMIN_TOKEN (--admin-token), ACEMQ_STORE_URL (--store).`,
 			if err != nil {
 				return err
 			}
+			switch {
+			case drain <= 0:
+				return usage("--drain-timeout %s must be positive: it is how long handlers in flight may finish on shutdown", drain)
+			case claimTimeout <= 0:
+				return usage("--claim-timeout %s must be positive: it is the lease of an idempotency claim; set it above the slowest handler", claimTimeout)
+			}
 			_, plan, diags := loadAndCompile(io, args)
 			_ = renderDiagText(io.err, diags)
 			if diags.HasErrors() {
