@@ -270,7 +270,8 @@ func Send(ctx context.Context, url string, msg broker.Message, wait time.Duratio
 		case <-timer.C:
 			return nil, fmt.Errorf("%w within %s for message %s", ErrNoReply, wait, msg.MessageId)
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			// The message went out: say which, so that it can be followed.
+			return nil, fmt.Errorf("message %s was sent, and the wait for its reply was interrupted: %w", msg.MessageId, ctx.Err())
 		}
 	}
 }
