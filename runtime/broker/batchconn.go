@@ -22,7 +22,8 @@ const batchConnLimit = 256 << 10
 //
 // A failed write closes the connection, so its reader fails and the
 // connection shuts down as with any broken socket; the error is also
-// returned by the next Write. Close first writes what is waiting (the
+// returned by the next Write. A write the peer does not take within
+// batchConnStall fails too. Close first writes what is waiting (the
 // broker's close-ok, a TLS close alert), for at most batchConnLinger. Reads
 // and deadlines go to the socket as they are.
 type batchConn struct {
@@ -41,6 +42,13 @@ type batchConn struct {
 
 // batchConnLinger bounds how long Close spends writing what is waiting.
 const batchConnLinger = time.Second
+
+// batchConnStall bounds one write to the socket: a broker that reads
+// nothing for that long (the peer stalled, or a resource alarm that
+// outlasts it) fails the connection, which then reconnects. Without it a
+// full buffer held every publisher of the connection, whatever their
+// contexts said, and Close with them. A variable for the tests.
+var batchConnStall = 30 * time.Second
 
 func newBatchConn(c net.Conn) *batchConn {
 	b := &batchConn{Conn: c, done: make(chan struct{})}
@@ -86,6 +94,10 @@ func (b *batchConn) loop() {
 		out := b.pending
 		b.pending = b.spare[:0]
 		b.room.Broadcast()
+		if !b.closing {
+			// Under b.mu, so that it never replaces Close's deadline.
+			_ = b.Conn.SetWriteDeadline(time.Now().Add(batchConnStall))
+		}
 		b.mu.Unlock()
 		_, err := b.Conn.Write(out)
 		b.mu.Lock()
@@ -113,10 +125,10 @@ func (b *batchConn) loop() {
 func (b *batchConn) Close() error {
 	b.mu.Lock()
 	b.closing = true
+	_ = b.Conn.SetWriteDeadline(time.Now().Add(batchConnLinger))
 	b.wake.Signal()
 	b.room.Broadcast()
 	b.mu.Unlock()
-	_ = b.Conn.SetWriteDeadline(time.Now().Add(batchConnLinger))
 	<-b.done
 	return b.Conn.Close()
 }

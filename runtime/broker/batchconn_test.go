@@ -240,3 +240,25 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestBatchConnAStalledPeerFailsTheConnection: a peer that reads nothing
+// for batchConnStall fails the connection, releasing the writer waiting
+// for room (and with it every publisher waiting behind it) with an error.
+func TestBatchConnAStalledPeerFailsTheConnection(t *testing.T) {
+	old := batchConnStall
+	batchConnStall = 200 * time.Millisecond
+	t.Cleanup(func() { batchConnStall = old })
+	b, cc, _ := pipe(t) // the peer never reads
+	returned := blockedWrite(t, b, cc)
+	select {
+	case err := <-returned:
+		if err == nil {
+			t.Fatal("a write waiting on a stalled peer returned nil")
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("a write waiting on a stalled peer was not released")
+	}
+	if _, err := b.Write([]byte{3}); err == nil {
+		t.Fatal("a write after the stall returned nil")
+	}
+}
