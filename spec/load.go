@@ -55,9 +55,15 @@ func LoadWith(fsys fs.FS, opts Options, paths ...string) (*Set, error) {
 			flows = append(flows, f)
 		}
 	}
-	if len(files) == 0 && len(d.list) == 0 {
+	switch {
+	case len(files) == 0 && len(d.list) == 0:
 		d.errorf(Pos{File: strings.Join(paths, " ")}, "no-flows", "name a flow file or a folder holding *.yaml files",
 			"no flow files found")
+	case len(flows) == 0 && !d.hasErrors():
+		// YAML files, none of them a flow (other tools' files): a path
+		// given by mistake must not pass validate in CI.
+		d.errorf(Pos{File: strings.Join(paths, " ")}, "no-flows", "name a flow file or a folder holding files with version: acemq.flow/v1",
+			"no flow files found: every YAML file here has another version (each is listed as skipped)")
 	}
 	// Cross-file rules only make sense between files that are valid alone.
 	if !d.hasErrors() {

@@ -392,3 +392,17 @@ func TestARefThroughASymbolicLinkStaysInside(t *testing.T) {
 		t.Fatalf("LoadPaths with a $ref linked outside = %v, want s.json refused", err)
 	}
 }
+
+// TestAFolderOfOtherYAMLHasNoFlows: a folder whose YAML files all belong to
+// other tools holds no flows; validate must fail, not pass a wrong path.
+func TestAFolderOfOtherYAMLHasNoFlows(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "k8s.yaml"), []byte("apiVersion: v1\nkind: ConfigMap\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := spec.LoadPaths(spec.Options{}, dir)
+	var ds spec.Diagnostics
+	if !errors.As(err, &ds) || len(ds) != 1 || ds[0].Code != "no-flows" {
+		t.Fatalf("LoadPaths(a folder of other YAML) = %v, want one no-flows error", err)
+	}
+}
