@@ -242,9 +242,13 @@ func syntaxDiagnostic(file string, err error) (diag Diagnostic) {
 			diag.Pos.Line, diag.Pos.Col = tk.Position.Line, tk.Position.Column
 		}
 		msg := te.GetMessage()
-		if strings.Contains(msg, "duplicate") || strings.Contains(msg, "already defined") {
+		switch {
+		case strings.Contains(msg, "duplicate") || strings.Contains(msg, "already defined"):
 			diag.Code = "duplicate-key"
 			diag.Hint = "remove one of the two"
+		case strings.Contains(msg, "'\t'"):
+			diag.Hint = "indent with spaces: YAML does not allow tabs"
+			msg = "a tab where YAML expects spaces"
 		}
 		diag.Msg = "invalid YAML: " + msg
 		return diag
