@@ -44,6 +44,7 @@ func TestValidateExitCodesAndFormats(t *testing.T) {
 		{"an unknown flag is a usage error", []string{"validate", "--nope", bad}, 2, ""},
 		{"no path is a usage error", []string{"validate"}, 2, ""},
 		{"a missing path exits 1", []string{"validate", "does/not/exist.yaml"}, 1, "does/not/exist.yaml cannot be read"},
+		{"a missing path's annotation has no line", []string{"validate", "--format", "github", "does/not/exist.yaml"}, 1, "::error file=does/not/exist.yaml,title=acemq-flow no-such-path::"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

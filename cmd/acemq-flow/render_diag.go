@@ -54,8 +54,13 @@ func renderDiagJSON(w io.Writer, ds spec.Diagnostics) error {
 func renderDiagGitHub(w io.Writer, ds spec.Diagnostics) error {
 	var b strings.Builder
 	for _, d := range ds {
-		fmt.Fprintf(&b, "::%s file=%s,line=%d,col=%d,title=%s::%s\n", d.Severity, ghProp(d.Pos.File), d.Pos.Line, d.Pos.Col,
-			ghProp("acemq-flow "+d.Code), ghData(d.Text()))
+		at := "file=" + ghProp(d.Pos.File)
+		if d.Pos.Line > 0 {
+			// A diagnostic about a whole path (one that cannot be read) has
+			// no line: GitHub then annotates the file.
+			at += fmt.Sprintf(",line=%d,col=%d", d.Pos.Line, d.Pos.Col)
+		}
+		fmt.Fprintf(&b, "::%s %s,title=%s::%s\n", d.Severity, at, ghProp("acemq-flow "+d.Code), ghData(d.Text()))
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
