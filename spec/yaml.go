@@ -168,7 +168,7 @@ func parseYAML(file string, data []byte, env func(string) (string, bool), d *dia
 		return nil
 	}
 	if !utf8.Valid(data) || bytes.IndexByte(data, 0) >= 0 {
-		d.errorf(start, "not-yaml", "a flow file is YAML text in UTF-8",
+		d.errorf(firstNonText(file, data), "not-yaml", "a flow file is YAML text in UTF-8; save it as UTF-8",
 			"the file is not UTF-8 text")
 		return nil
 	}
@@ -231,6 +231,25 @@ func parseYAML(file string, data []byte, env func(string) (string, bool), d *dia
 type tokenError interface {
 	GetToken() *token.Token
 	GetMessage() string
+}
+
+// firstNonText is the position of the first byte of data that is not UTF-8
+// text (an invalid sequence, or a NUL).
+func firstNonText(file string, data []byte) Pos {
+	p := Pos{File: file, Line: 1, Col: 1}
+	for len(data) > 0 {
+		r, size := utf8.DecodeRune(data)
+		if (r == utf8.RuneError && size == 1) || r == 0 {
+			return p
+		}
+		if r == '\n' {
+			p.Line, p.Col = p.Line+1, 1
+		} else {
+			p.Col++
+		}
+		data = data[size:]
+	}
+	return p
 }
 
 func syntaxDiagnostic(file string, err error) (diag Diagnostic) {
