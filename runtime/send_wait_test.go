@@ -20,9 +20,17 @@ func TestAnInterruptedWaitNamesTheMessageSent(t *testing.T) {
 	target := q.Queue("requests")
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
+	// Interrupt once the message is in the queue (the wait has begun). No
+	// t.Fatal here: off the test's goroutine; a message that never arrives
+	// fails the assertion below through Send's own minute-long wait.
 	go func() {
-		q.WaitDepth(target, 1)
-		cancel()
+		defer cancel()
+		for ctx.Err() == nil {
+			if n, err := q.Top.Depth(ctx, target); err == nil && n == 1 {
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
 	}()
 	_, err := Send(ctx, q.URL, broker.Message{RoutingKey: target, Publishing: amqp.Publishing{MessageId: "req-1", CorrelationId: "req-1", Body: []byte(`{}`)}}, time.Minute)
 	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "message req-1 was sent") {
