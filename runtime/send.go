@@ -192,6 +192,21 @@ func (r *Reply) Route() string {
 // ErrNoReply is returned by Send when no reply came within the wait.
 var ErrNoReply = errors.New("no reply")
 
+// sendClosed is Send's error when the broker closed the channel before it
+// confirmed the message: said plainly when the exchange does not exist.
+// amqp091-go hands the close to closes before it closes the other notify
+// channels.
+func sendClosed(closes <-chan *amqp.Error, msg broker.Message) error {
+	e := <-closes
+	if e != nil && e.Code == amqp.NotFound {
+		return fmt.Errorf("exchange %q does not exist on the broker; run the flows that declare it (`acemq-flow run`), or correct the name", msg.Exchange)
+	}
+	if e != nil {
+		return fmt.Errorf("%w: the channel closed before the broker confirmed the message to %q with key %q: %v", broker.ErrIndeterminate, msg.Exchange, msg.RoutingKey, e)
+	}
+	return fmt.Errorf("%w: the channel closed before the broker confirmed the message to %q with key %q", broker.ErrIndeterminate, msg.Exchange, msg.RoutingKey)
+}
+
 // Send publishes msg on its own connection with a confirm, and, when wait
 // is positive, waits for the run's reply over direct reply-to (correlated
 // by the run's id). It returns nil Reply when wait is zero.
@@ -220,6 +235,7 @@ func Send(ctx context.Context, url string, msg broker.Message, wait time.Duratio
 	if err := ch.Confirm(false); err != nil {
 		return nil, fmt.Errorf("enable confirms: %w", err)
 	}
+	closes := ch.NotifyClose(make(chan *amqp.Error, 1))
 	returns := ch.NotifyReturn(make(chan amqp.Return, 1))
 	confirms := ch.NotifyPublish(make(chan amqp.Confirmation, 1))
 	if err := ch.PublishWithContext(ctx, msg.Exchange, msg.RoutingKey, true, false, msg.Publishing); err != nil {
@@ -227,10 +243,16 @@ func Send(ctx context.Context, url string, msg broker.Message, wait time.Duratio
 	}
 	var returned bool
 	select {
-	case <-returns:
+	case _, ok := <-returns:
+		if !ok {
+			return nil, sendClosed(closes, msg)
+		}
 		returned = true
 		<-confirms
-	case c := <-confirms:
+	case c, ok := <-confirms:
+		if !ok {
+			return nil, sendClosed(closes, msg)
+		}
 		if !c.Ack {
 			return nil, fmt.Errorf("the broker refused the message (nack) on %q with key %q", msg.Exchange, msg.RoutingKey)
 		}

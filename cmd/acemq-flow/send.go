@@ -1,9 +1,7 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -77,11 +75,6 @@ reply came in time.`,
 			}
 			reply, err := runtime.Send(cmd.Context(), amqpURL, msg, wait)
 			if err != nil {
-				// A publish to a missing exchange closes the channel (404),
-				// which Send reports like a message no queue is bound for.
-				if errors.Is(err, broker.ErrUnroutable) && msg.Exchange != "" && missingExchange(cmd.Context(), amqpURL, msg.Exchange) {
-					return failed("exchange %q does not exist on the broker; run the flows that declare it (`acemq-flow run`), or correct the name", msg.Exchange)
-				}
 				return failed("%v", err)
 			}
 			fmt.Fprintf(s.err, "sent message %s to exchange %q with key %q\n", msg.MessageId, msg.Exchange, msg.RoutingKey)
@@ -151,22 +144,6 @@ func checkTarget(t runtime.Target, data string) error {
 		return usage("--itinerary %s needs a payload: give --data with JSON text, @file or - (standard input)", t.Itinerary)
 	}
 	return nil
-}
-
-// missingExchange reports whether the broker at amqpURL says it has no
-// exchange named name; false when it cannot tell.
-func missingExchange(ctx context.Context, amqpURL, name string) bool {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	conn, err := broker.Open(ctx, amqpURL, broker.ConnOptions{Name: "acemq-flow send"})
-	if err != nil {
-		return false
-	}
-	defer conn.Close()
-	top := broker.NewTopology(conn, nil)
-	defer top.Close()
-	ok, err := top.ExchangeExists(ctx, name)
-	return err == nil && !ok
 }
 
 func orNull(b []byte) []byte {
