@@ -470,22 +470,29 @@ func TestRelayUnroutableRecordBecomesStuck(t *testing.T) {
 	})
 }
 
+// waitFailedUntilStuck waits for limit failures of one record, the last
+// (and only the last) making it stuck.
+func waitFailedUntilStuck(t *testing.T, ws *watchedStore, limit int, what string) {
+	t.Helper()
+	for i := 1; i <= limit; i++ {
+		select {
+		case stuck := <-ws.failed:
+			if stuck != (i == limit) {
+				t.Fatalf("failure %d of %s: stuck = %v, want %v", i, what, stuck, i == limit)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("failure %d of %s not recorded within 30s", i, what)
+		}
+	}
+}
+
 func unroutableBecomesStuck(t *testing.T, e *relayEnv, st stores.OutboxRelay, rs relayStore, ws *watchedStore, limit int) {
 	r, err := NewRelay(rs, e.publisher("relay"), RelayOptions{Poll: 5 * time.Millisecond, Exchanges: e.topo, Log: e.log})
 	if err != nil {
 		t.Fatal(err)
 	}
 	runRelay(t, r)
-	for i := 1; i <= limit; i++ {
-		select {
-		case stuck := <-ws.failed:
-			if stuck != (i == limit) {
-				t.Fatalf("failure %d: stuck = %v, want %v", i, stuck, i == limit)
-			}
-		case <-time.After(30 * time.Second):
-			t.Fatalf("failure %d of the unroutable record not recorded within 30s", i)
-		}
-	}
+	waitFailedUntilStuck(t, ws, limit, "the unroutable record")
 	// A stuck record is no longer handed out: it was claimed once per
 	// attempt, and further claims find nothing.
 	handed := 0
@@ -573,16 +580,7 @@ func unreadableFailsAlone(t *testing.T, e *relayEnv, q string, st stores.OutboxR
 		}
 	}
 	waitMarked(t, ws.marked, 20)
-	for i := 1; i <= limit; i++ {
-		select {
-		case stuck := <-ws.failed:
-			if stuck != (i == limit) {
-				t.Fatalf("failure %d: stuck = %v, want %v", i, stuck, i == limit)
-			}
-		case <-time.After(30 * time.Second):
-			t.Fatalf("failure %d of the unreadable row not recorded within 30s", i)
-		}
-	}
+	waitFailedUntilStuck(t, ws, limit, "the unreadable row")
 	stuck, err := st.ListStuck(t.Context(), 0)
 	if err != nil {
 		t.Fatalf("ListStuck: %v (an unreadable row must not fail the listing)", err)
