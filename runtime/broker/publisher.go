@@ -198,11 +198,6 @@ func (p *Publisher) publish(ctx context.Context, msg *Message, pd *Pending, fn f
 	if msg.DeliveryMode == 0 {
 		msg.DeliveryMode = amqp.Persistent
 	}
-	// A header AMQP cannot carry is the message's own fault; found here,
-	// any error from the write below means the channel is going.
-	if err := msg.Headers.Validate(); err != nil {
-		return fmt.Errorf("publish message %q to %s: %w", msg.MessageId, exchangeName(msg.Exchange), err)
-	}
 	for {
 		if err := p.conn.waitUnblocked(ctx); err != nil {
 			return err
@@ -224,6 +219,13 @@ func (p *Publisher) publish(ctx context.Context, msg *Message, pd *Pending, fn f
 		// The ring append happens under the same lock as the write, so the
 		// confirm loop never sees a confirm before its entry.
 		dc, err := g.ch.PublishWithDeferredConfirm(msg.Exchange, msg.RoutingKey, !msg.NotMandatory, false, msg.Publishing)
+		if err != nil && msg.Headers.Validate() != nil {
+			// Refused before anything was written (a header of a type AMQP
+			// cannot carry): the message itself is wrong. Checked only
+			// here, off the path of every publish.
+			p.mu.Unlock()
+			return fmt.Errorf("publish message %q to %s: %w", msg.MessageId, exchangeName(msg.Exchange), err)
+		}
 		if err != nil || dc == nil {
 			p.mu.Unlock()
 			// Nothing reached the broker: the channel is closed or closing
