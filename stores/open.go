@@ -7,11 +7,12 @@ import (
 	"io"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/acemq/acemq-flow/stores/internal/core"
 	"github.com/acemq/acemq-flow/stores/memory"
 	"github.com/acemq/acemq-flow/stores/postgres"
 	"github.com/acemq/acemq-flow/stores/sqlite"
-	"github.com/jackc/pgx/v5"
 )
 
 // Options tune a store; the zero value gives the defaults.
@@ -87,6 +88,10 @@ var (
 	_ Outbox[*sql.Tx]    = sqlite.Outbox{}
 	_ Outbox[pgx.Tx]     = postgres.Outbox{}
 )
+
+// Redact returns a store URL with its password hidden, for logs and errors,
+// whatever characters the password holds.
+func Redact(storeURL string) string { return core.Redact(storeURL) }
 
 // Backend names the store a URL selects: "postgres", "sqlite" or "memory".
 func Backend(storeURL string) (string, error) {

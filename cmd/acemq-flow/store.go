@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"regexp"
-	"strings"
 	"time"
 
 	"github.com/acemq/acemq-flow/runtime"
@@ -73,27 +71,5 @@ func schemaError(raw string, se *stores.SchemaError) error {
 	return fmt.Errorf("the %s store %s has schema version %d and this acemq-flow needs %d; %s", se.Backend, redactStore(raw), se.Have, se.Want, migrateHint)
 }
 
-// passwordParam is a password given as a query parameter, which pgx accepts.
-var passwordParam = regexp.MustCompile(`(?i)([?&]password=)[^&#]*`)
-
-// redactStore hides the password of a store URL. It does not trust
-// url.Parse: a password holding '#', '/', '?', a space or a bad %-escape
-// either fails to parse or lands outside the user info, and would be shown
-// as typed. Instead everything between the user name and the last '@' is
-// blanked, which may blank more than the password but never less.
-func redactStore(raw string) string {
-	scheme, rest, ok := strings.Cut(raw, ":")
-	if !ok {
-		return passwordParam.ReplaceAllString(raw, "${1}xxxxx")
-	}
-	slashes := ""
-	if r, ok := strings.CutPrefix(rest, "//"); ok {
-		slashes, rest = "//", r
-	}
-	if at := strings.LastIndex(rest, "@"); at >= 0 {
-		if user, _, hasPass := strings.Cut(rest[:at], ":"); hasPass {
-			rest = user + ":xxxxx" + rest[at:]
-		}
-	}
-	return passwordParam.ReplaceAllString(scheme+":"+slashes+rest, "${1}xxxxx")
-}
+// redactStore hides the password of a store URL (stores.Redact).
+func redactStore(raw string) string { return stores.Redact(raw) }

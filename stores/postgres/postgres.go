@@ -19,13 +19,13 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"net/url"
 	"strconv"
 	"sync"
 
-	"github.com/acemq/acemq-flow/stores/internal/core"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/acemq/acemq-flow/stores/internal/core"
 )
 
 //go:embed migrations/*.sql
@@ -91,13 +91,7 @@ func Open(ctx context.Context, connURL string, opts core.Options) (*Store, error
 }
 
 // Redact returns connURL with its password replaced, for logs and errors.
-func Redact(connURL string) string {
-	u, err := url.Parse(connURL)
-	if err != nil || u.Scheme == "" {
-		return "(postgres connection string)"
-	}
-	return u.Redacted()
-}
+func Redact(connURL string) string { return core.Redact(connURL) }
 
 // Pool returns the store's pool. A caller may begin its outbox transactions
 // on it, and must not close it.
