@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -20,6 +23,25 @@ func stopProcess(t *testing.T, pid int) {
 		t.Fatalf("SIGSTOP %d: %v", pid, err)
 	}
 	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+	// The signal is delivered asynchronously: until every thread has
+	// stopped, the plugin may still answer a call.
+	testenv.Eventually(t, 10*time.Second, func() error {
+		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+		if len(tasks) == 0 {
+			return testenv.Errorf("no threads of process %d", pid)
+		}
+		for _, task := range tasks {
+			b, err := os.ReadFile(task)
+			if err != nil {
+				return err
+			}
+			st := string(b)
+			if i := strings.LastIndexByte(st, ')'); i < 0 || i+2 >= len(st) || st[i+2] != 'T' {
+				return testenv.Errorf("%s is not stopped yet", task)
+			}
+		}
+		return nil
+	})
 }
 
 // waitRestarted waits until p was restarted once and a new process
