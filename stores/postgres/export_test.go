@@ -1,6 +1,10 @@
 package postgres
 
-import "github.com/jackc/pgx/v5/pgxpool"
+import (
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
 
 // HeldPool returns the pool ClaimLocked takes its connections from.
 func (s *Store) HeldPool() *pgxpool.Pool { return s.held }
@@ -10,4 +14,12 @@ func SetPurgeBatch(t interface{ Cleanup(func()) }, n int) {
 	old := purgeBatch
 	purgeBatch = n
 	t.Cleanup(func() { purgeBatch = old })
+}
+
+// SetHeadScanEvery sets how often a claim made while batches are held reads
+// the pending index from its head, until the test ends.
+func SetHeadScanEvery(t interface{ Cleanup(func()) }, d time.Duration) {
+	old := headScanEvery
+	headScanEvery = d
+	t.Cleanup(func() { headScanEvery = old })
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -31,11 +33,12 @@ func (s *Store) ClaimLocked(ctx context.Context, owner string, n int, lease time
 		return nil, fmt.Errorf("outbox relay %q: claim batch: %w", owner, err)
 	}
 	b := &lockedBatch{s: s, conn: conn, owner: owner, lease: lease}
+	after := s.heldIDs.after(time.Now())
 	q := &pgx.Batch{}
 	q.Queue("BEGIN")
 	q.Queue("SELECT set_config('idle_in_transaction_session_timeout', $1, true)", strconv.FormatInt(max(lease.Milliseconds(), 1), 10))
 	q.Queue(idOrder)
-	q.Queue(claimableRows(recordCols), s.opts.Now(), n).Query(func(rows pgx.Rows) error {
+	q.Queue(claimLockedSQL, s.opts.Now(), n, after).Query(func(rows pgx.Rows) error {
 		recs, err := pgx.CollectRows(rows, scanRecord)
 		b.recs = recs
 		return err
@@ -46,8 +49,64 @@ func (s *Store) ClaimLocked(ctx context.Context, owner string, n int, lease time
 	}
 	if len(b.recs) == 0 {
 		b.Abort()
+		return b, nil
 	}
+	s.heldIDs.add(b, b.recs[len(b.recs)-1].ID)
 	return b, nil
+}
+
+// claimLockedSQL selects the claimable rows after id $3.
+var claimLockedSQL = strings.Replace(claimableRows(recordCols), "WHERE ", "WHERE id > $3 AND ", 1)
+
+// headScanEvery is how often, at least, a claim while batches are held
+// reads the pending index from its head.
+var headScanEvery = 100 * time.Millisecond
+
+// heldIDs tracks the batches a store holds open, so that a claim made
+// meanwhile starts after them. Read from its head, the pending index leads
+// a claim first through the rows those batches lock, each of which it
+// tries to lock and skips, and through the rows they just published, whose
+// old versions it must visit as long as a transaction older than their
+// publication is open; with three batches of 100 held, that was two rows
+// visited for each row claimed. Rows behind the held batches that become
+// claimable (a write that committed late with a lower id, a retry whose
+// delay ended) are taken by the claims that read from the head, at least
+// every headScanEvery, and whenever no batch is held.
+type heldIDs struct {
+	mu       sync.Mutex
+	open     map[*lockedBatch]int64 // the highest id of each open batch
+	lastHead time.Time
+}
+
+// after returns the id a claim starts after: 0 (from the head) when no
+// batch is held or the head was last read headScanEvery ago.
+func (h *heldIDs) after(now time.Time) int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var top int64
+	for _, id := range h.open {
+		top = max(top, id)
+	}
+	if top == 0 || now.Sub(h.lastHead) >= headScanEvery {
+		h.lastHead = now
+		return 0
+	}
+	return top
+}
+
+func (h *heldIDs) add(b *lockedBatch, top int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.open == nil {
+		h.open = map[*lockedBatch]int64{}
+	}
+	h.open[b] = top
+}
+
+func (h *heldIDs) remove(b *lockedBatch) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.open, b)
 }
 
 // lockedBatch is a stores.LockedBatch: an open transaction on a connection
@@ -141,6 +200,7 @@ func (b *lockedBatch) close(clean bool) {
 	if b.conn == nil {
 		return
 	}
+	b.s.heldIDs.remove(b)
 	if !clean || b.conn.Conn().PgConn().TxStatus() != 'I' {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		_ = b.conn.Conn().Close(ctx)

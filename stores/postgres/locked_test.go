@@ -220,3 +220,37 @@ func TestClaimLockedIdleTransactionEndsAtTheLease(t *testing.T) {
 	acquired(t, s, 0)
 	acquired(t, peer, 0)
 }
+
+// A claim made while the store holds batches starts after them, instead of
+// stepping through the rows they lock; rows behind them that became
+// claimable meanwhile are taken by the next claim that reads from the head.
+func TestClaimLockedStartsAfterHeldBatchesAndComesBackForRowsBehind(t *testing.T) {
+	s, _, ids := lockedEnv(t, stores.Options{}, 4)
+	postgres.SetHeadScanEvery(t, time.Hour)
+	first := claimLocked(t, s, "a", 1, time.Minute)
+	second := claimLocked(t, s, "a", 1, time.Minute)
+	if got := recordIDs(second.Records()); !slices.Equal(got, ids[1:2]) {
+		t.Fatalf("second claim took %v, want %v", got, ids[1:2])
+	}
+	first.Abort() // ids[0] is claimable again, behind the held batch
+
+	ahead := claimLocked(t, s, "a", 1, time.Minute)
+	if got := recordIDs(ahead.Records()); !slices.Equal(got, ids[2:3]) {
+		t.Fatalf("a claim while a batch is held took %v, want %v (the row after the held batch)", got, ids[2:3])
+	}
+	postgres.SetHeadScanEvery(t, 0)
+	behind := claimLocked(t, s, "a", 1, time.Minute)
+	if got := recordIDs(behind.Records()); !slices.Equal(got, ids[0:1]) {
+		t.Fatalf("a claim reading from the head took %v, want %v (the row behind the held batches)", got, ids[0:1])
+	}
+
+	// With no batch held, a claim reads from the head whenever it last did.
+	postgres.SetHeadScanEvery(t, time.Hour)
+	for _, b := range []stores.LockedBatch{second, ahead, behind} {
+		b.Abort()
+	}
+	again := claimLocked(t, s, "a", 1, time.Minute)
+	if got := recordIDs(again.Records()); !slices.Equal(got, ids[0:1]) {
+		t.Fatalf("a claim with no batch held took %v, want %v", got, ids[0:1])
+	}
+}

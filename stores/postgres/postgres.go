@@ -45,8 +45,12 @@ type Store struct {
 	// publishes it, so held batches have a pool of their own and never take
 	// the connections claims, confirms and outbox writes need.
 	held *pgxpool.Pool
-	opts core.Options
-	once sync.Once
+	// heldIDs is what ClaimLocked knows of the batches this store holds
+	// open: the highest id of each, and when a claim last read the pending
+	// index from its head.
+	heldIDs heldIDs
+	opts    core.Options
+	once    sync.Once
 }
 
 // heldConns bounds the connections of batches held open by ClaimLocked (a
