@@ -145,8 +145,12 @@ const relayMarkers = 2
 
 // relayHeldBatches is how many batches a relay with a locker holds open at
 // once. Each holds a database connection until its records are settled,
-// from a pool the PostgreSQL store keeps for held batches.
-const relayHeldBatches = 3
+// from a pool the PostgreSQL store keeps for held batches. A batch spends
+// about as long in its claim and its commit as in being published, so it
+// takes about twice the publisher's window of rows to keep that window
+// full: with three batches of 100 the relay published 10% fewer rows a
+// second than with six.
+const relayHeldBatches = 6
 
 // relayExchangeTTL is how long an exchange found to exist is trusted.
 const relayExchangeTTL = time.Minute

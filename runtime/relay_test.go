@@ -899,7 +899,7 @@ func jsonNumber(s string) any { return json.Number(s) }
 // records from the store ACEMQ_BENCH_STORE names ("postgres", the default,
 // on ACEMQ_TEST_POSTGRES_URL; or "sqlite", a file under the test's temporary
 // directory), publishes them and marks them published; its rate counts until
-// the last mark. It prints the medians of three rounds:
+// the last mark. It prints the medians of five rounds:
 //
 //	bench: publish-raw <n> msgs/s
 //	bench: relay <n> msgs/s raw=<n> ratio=<x.xx>
@@ -908,7 +908,7 @@ func BenchmarkRelay(b *testing.B) {
 	ns := testenv.Names(b)
 	const (
 		n      = 5000
-		rounds = 3
+		rounds = 5
 		window = 256
 	)
 	ctx := context.Background()

@@ -54,8 +54,8 @@ type Store struct {
 }
 
 // heldConns bounds the connections of batches held open by ClaimLocked (a
-// relay holds at most three at once).
-const heldConns = 4
+// relay holds at most six at once).
+const heldConns = 7
 
 // Open connects a pool to connURL (postgres:// or postgresql://, or a pgx
 // key=value string) and pings it. It does not create tables: call Migrate,
