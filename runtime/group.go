@@ -27,8 +27,9 @@ const (
 var ErrGroupSize = errors.New("a group needs at least one consumer")
 
 // group is one consumer group (listeners.txt, "Every listener is a group,
-// even at concurrency one"): a queue, a handler, size consumers of their
-// own channel each, and counters.
+// even at concurrency one"): a queue, a handler, size consumers (broker
+// subscriptions, one handler at a time each) sharing one channel, and
+// counters.
 type group struct {
 	r     *Runtime
 	c     *Consumer
@@ -51,11 +52,12 @@ type group struct {
 	state    string
 	size     int
 	prefetch int
-	members  []*member
-	prepared bool // its queues are declared and checked
+	member   *member // nil unless running
+	prepared bool    // its queues are declared and checked
 }
 
-// member is one consumer of a group: one channel, one handler at a time.
+// member runs a group's consumers: one broker.Consumer with a subscription
+// per consumer of the group.
 type member struct {
 	bc     *broker.Consumer
 	cancel context.CancelFunc
@@ -102,21 +104,19 @@ func (g *group) start(ctx context.Context) error {
 		}
 		g.prepared = true
 	}
-	for range g.size {
-		g.add()
-	}
+	g.add()
 	g.state = StateRunning
 	g.log.Info("consumer started", "prefetch", g.prefetch, "concurrency", g.size)
 	return nil
 }
 
-// add starts one member; the caller holds g.mu.
+// add starts the group's member; the caller holds g.mu.
 func (g *group) add() {
 	ctx, cancel := context.WithCancel(g.r.runCtx)
 	m := &member{cancel: cancel, done: make(chan struct{}),
 		bc: broker.NewConsumer(g.r.consume, broker.ConsumerOptions{Queue: g.c.Queue, Tag: g.c.ID, Prefetch: g.prefetch,
-			Concurrency: 1, DrainTimeout: g.r.opts.DrainTimeout, Log: g.r.log.With("flow", g.c.Flow)})}
-	g.members = append(g.members, m)
+			Subscriptions: g.size, Concurrency: 1, DrainTimeout: g.r.opts.DrainTimeout, Log: g.r.log.With("flow", g.c.Flow)})}
+	g.member = m
 	g.r.wg.Go(func() {
 		defer close(m.done)
 		err := m.bc.Run(ctx, g.handle)
@@ -130,23 +130,17 @@ func (g *group) add() {
 	})
 }
 
-// remove drains and stops members until n are left, blocking until they
-// have drained; the caller holds g.mu. It returns the deliveries left in
-// flight.
-func (g *group) remove(n int) int {
-	var gone []*member
-	for len(g.members) > n {
-		last := g.members[len(g.members)-1]
-		g.members = g.members[:len(g.members)-1]
-		last.cancel()
-		gone = append(gone, last)
+// remove drains and stops the member, blocking until it has drained; the
+// caller holds g.mu. It returns the deliveries left in flight.
+func (g *group) remove() int {
+	m := g.member
+	if m == nil {
+		return 0
 	}
-	left := 0
-	for _, m := range gone {
-		<-m.done
-		left += m.left
-	}
-	return left
+	g.member = nil
+	m.cancel()
+	<-m.done
+	return m.left
 }
 
 // stop drains the group (as shutdown does) and stops it.
@@ -157,7 +151,7 @@ func (g *group) stop() {
 		return
 	}
 	g.state = StateStopping
-	left := g.remove(0)
+	left := g.remove()
 	g.bg.Wait()
 	g.state = StateStopped
 	g.reportDrain(left)
@@ -172,11 +166,11 @@ func (g *group) reportDrain(left int) {
 	g.log.Info("consumer drained")
 }
 
-// shutdown waits for members stopped by the runtime's context and reports.
+// shutdown waits for the member stopped by the runtime's context and reports.
 func (g *group) shutdown() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	left := g.remove(0) // their context has ended already; this waits and counts
+	left := g.remove() // its context has ended already; this waits and counts
 	g.bg.Wait()
 	if g.state == StateRunning {
 		g.reportDrain(left)
@@ -196,11 +190,12 @@ func (g *group) scale(n int) error {
 	if g.state != StateRunning {
 		return nil
 	}
-	for len(g.members) < n {
-		g.add()
+	left, err := g.member.bc.Scale(n)
+	if err != nil {
+		return err
 	}
-	if left := g.remove(n); left > 0 {
-		g.log.Warn(fmt.Sprintf("consumer %s scaled down with %d message(s) left in flight; they will be redelivered", g.c.ID, left))
+	if left > 0 {
+		g.log.Warn(fmt.Sprintf("consumer %s scaled down with %d message(s) still in flight after %s; their handlers' context is cancelled, and each message is settled as its handler's failure says", g.c.ID, left, g.r.opts.DrainTimeout))
 	}
 	g.log.Info("consumer scaled", "concurrency", n)
 	return nil
@@ -213,7 +208,7 @@ func (g *group) setPrefetch(n int) error {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	for _, m := range g.members {
+	if m := g.member; m != nil {
 		if err := m.bc.SetPrefetch(n); err != nil {
 			return fmt.Errorf("consumer %q: set prefetch: %w", g.c.ID, err)
 		}

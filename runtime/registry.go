@@ -95,18 +95,20 @@ func (r *Runtime) Scale(id string, n int) error {
 			}
 		}
 		if others+n > MaxConsumers {
-			return fmt.Errorf("%w: consumer %q at %d would make %d consumers in this runtime, more than %d (each consumes on a channel of its own, on one connection); the most it can have now is %d",
+			return fmt.Errorf("%w: consumer %q at %d would make %d consumers in this runtime, more than the %d one runtime runs; the most it can have now is %d",
 				ErrTooManyConsumers, id, n, others+n, MaxConsumers, MaxConsumers-others)
 		}
 	}
 	return g.scale(n)
 }
 
-// MaxConsumers bounds the consumers of one runtime, all group members
-// together: each consumes on a channel of its own, on the runtime's one
-// consuming connection, and RabbitMQ allows a connection 2,047 channels by
-// default (channel_max); the rest are left for topology checks. Past it,
-// channel opens fail, over and over, for every consumer on the connection.
+// MaxConsumers bounds the consumers of one runtime, all groups together.
+// Each group consumes on a channel of its own (its consumers are
+// subscriptions on it), on the runtime's one consuming connection, and
+// RabbitMQ allows a connection 2,047 channels by default (channel_max);
+// past it, channel opens fail, over and over, for every group on the
+// connection. Bounding the consumers bounds the groups, with the rest of
+// the channels left for topology checks.
 const MaxConsumers = 2000
 
 // ErrTooManyConsumers is returned when flows or a scale ask for more than
@@ -139,7 +141,7 @@ func TooManyConsumers(plan *Plan) *spec.Diagnostic {
 	}
 	c := plan.Consumers[biggest]
 	return &spec.Diagnostic{Pos: c.At, Severity: spec.Error, Code: "too-many-consumers",
-		Msg: fmt.Sprintf("the flows' concurrency adds up to %d consumers, more than the %d one runtime can run (each consumes on a channel of its own, on one connection); the largest is consumer %q with %d",
+		Msg: fmt.Sprintf("the flows' concurrency adds up to %d consumers, more than the %d one runtime runs; the largest is consumer %q with %d",
 			total, MaxConsumers, c.ID, c.Concurrency),
 		Hint: "lower concurrency, or split the flows across runtimes"}
 }

@@ -232,3 +232,129 @@ func TestConsumerResumesWhenTheQueueAppears(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// brokerConsumers lists the consumers RabbitMQ shows on queue: their
+// channels and prefetch counts.
+func brokerConsumers(t *testing.T, url, queue string) (channels map[string]int, prefetch []string) {
+	t.Helper()
+	out := testenv.Rabbitmqctl(t, "list_consumers", "-p", testenv.VHostOf(url), "-q", "--no-table-headers", "queue_name", "channel_pid", "prefetch_count")
+	channels = map[string]int{}
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) == 3 && f[0] == queue {
+			channels[f[1]]++
+			prefetch = append(prefetch, f[2])
+		}
+	}
+	return channels, prefetch
+}
+
+func TestSubscriptionsShareOneChannelAndScaleDownDrainsTheRemovedOnes(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("in", "quorum")
+	p := e.publisher(e.conn("pub"), 8)
+	c := NewConsumer(e.conn("consume"), ConsumerOptions{Queue: q, Prefetch: 2, Subscriptions: 3, Log: e.log})
+	// Each handler runs until the test settles its delivery.
+	type call struct {
+		d    *Delivery
+		done chan struct{}
+	}
+	calls := make(chan call, 10)
+	runConsumer(t, c, func(_ context.Context, d *Delivery) {
+		done := make(chan struct{})
+		calls <- call{d, done}
+		<-done
+	})
+	next := func() call {
+		t.Helper()
+		select {
+		case c := <-calls:
+			return c
+		case <-time.After(30 * time.Second):
+			t.Fatal("no handler call within 30s")
+			return call{}
+		}
+	}
+	ack := func(c call) {
+		t.Helper()
+		if err := c.d.Ack(); err != nil {
+			t.Fatal(err)
+		}
+		close(c.done)
+	}
+	subscribed := func(n int) {
+		t.Helper()
+		testenv.Eventually(t, 20*time.Second, func() error {
+			chans, pf := brokerConsumers(t, e.url, q)
+			if len(pf) != n || len(chans) != 1 || strings.Count(strings.Join(pf, " "), "2") != n {
+				return fmt.Errorf("the broker shows consumers on channels %v with prefetch %v; want %d of prefetch 2 on one channel", chans, pf, n)
+			}
+			return nil
+		})
+	}
+	subscribed(3)
+
+	for i := range 6 {
+		if err := p.Publish(t.Context(), msg(q, fmt.Sprint(i), nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// One handler at a time per subscription: three handled, three held
+	// in their prefetch.
+	var handling []call
+	for range 3 {
+		handling = append(handling, next())
+	}
+	c.mu.Lock()
+	removed := map[*lane]bool{c.lanes[1]: true, c.lanes[2]: true}
+	c.mu.Unlock()
+
+	type scaled struct {
+		left int64
+		err  error
+	}
+	res := make(chan scaled, 1)
+	go func() {
+		left, err := c.Scale(1)
+		res <- scaled{left, err}
+	}()
+	subscribed(1)
+	select {
+	case r := <-res:
+		t.Fatalf("Scale(1) returned %+v while the removed subscriptions had deliveries in flight", r)
+	default:
+	}
+	var kept []call
+	for _, hc := range handling {
+		if removed[hc.d.l] {
+			ack(hc)
+		} else {
+			kept = append(kept, hc)
+		}
+	}
+	if r := <-res; r.err != nil || r.left != 0 {
+		t.Fatalf("Scale(1) = %d, %v; want 0 left once their deliveries were settled", r.left, r.err)
+	}
+	// What the removed subscriptions held unhandled went back to the queue
+	// and comes round to the one left.
+	acked := len(handling) - len(kept)
+	for _, hc := range kept {
+		ack(hc)
+		acked++
+	}
+	for acked < 6 {
+		hc := next()
+		if removed[hc.d.l] {
+			t.Fatalf("delivery %s came from a removed subscription", hc.d.MessageId)
+		}
+		ack(hc)
+		acked++
+	}
+	e.waitDepth(q, 0)
+	if s := c.Stats(); s.Acked != 6 || s.InFlight != 0 || s.Sessions != 1 {
+		t.Errorf("Stats() = %+v, want 6 acked, none in flight, one session", s)
+	}
+	if _, err := c.Scale(4); err != nil {
+		t.Fatal(err)
+	}
+	subscribed(4)
+}
