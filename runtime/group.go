@@ -192,10 +192,11 @@ func (g *group) scale(n int) error {
 	}
 	left, err := g.member.bc.Scale(n)
 	if err != nil {
-		return err
+		g.size = g.member.bc.Subscriptions()
+		return fmt.Errorf("consumer %q: scale to %d: %w (it runs %d)", g.c.ID, n, err, g.size)
 	}
 	if left > 0 {
-		g.log.Warn(fmt.Sprintf("consumer %s scaled down with %d message(s) still in flight after %s; their handlers' context is cancelled, and each message is settled as its handler's failure says", g.c.ID, left, g.r.opts.DrainTimeout))
+		g.log.Warn(fmt.Sprintf("consumer %s scaled down with %d message(s) still in flight after %s; their handlers are told to stop, and each message is settled when its handler returns", g.c.ID, left, g.r.opts.DrainTimeout))
 	}
 	g.log.Info("consumer scaled", "concurrency", n)
 	return nil

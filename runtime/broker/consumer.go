@@ -178,6 +178,10 @@ type ConsumerStats struct {
 // one consumer does, N channels of one consumer each about a quarter more
 // per message (measured with 32 quorum-queue consumers of prefetch 16).
 // Their deliveries' acknowledgements are coalesced together (see acker).
+// The price is a shared fate: an error that closes the channel (say,
+// RabbitMQ's consumer_timeout for one delivery left unsettled) makes every
+// subscription's deliveries in flight stale, and the broker redelivers
+// them all.
 type Consumer struct {
 	conn *Conn
 	opts ConsumerOptions
@@ -185,7 +189,6 @@ type Consumer struct {
 
 	prefetch   atomic.Int32
 	prefetchCh chan int
-	broken     chan error // a subscription made outside the session loop failed
 	seq        atomic.Int64
 	running    atomic.Bool
 
@@ -284,7 +287,6 @@ func NewConsumer(conn *Conn, opts ConsumerOptions) *Consumer {
 		opts:       opts,
 		log:        opts.Log.With("queue", opts.Queue),
 		prefetchCh: make(chan int, 1),
-		broken:     make(chan error, 1),
 		idle:       make(chan struct{}, 1),
 		size:       opts.Subscriptions,
 	}
@@ -319,31 +321,37 @@ func (c *Consumer) SetPrefetch(n int) error {
 // last one added, each cancelled on the broker, its prefetched deliveries
 // handed back, and blocks until what their handlers have in flight is
 // settled, up to DrainTimeout, after which their handlers' context is
-// cancelled. It returns how many deliveries the removed subscriptions still
-// had in flight then. A stopped consumer uses n when it runs.
+// cancelled (the channel stays open for the others: a delivery still in
+// flight is settled when its handler returns, and what the subscription
+// had prefetched behind it is handed back then). It returns how many
+// deliveries the removed subscriptions still had in flight at the
+// deadline. A stopped consumer uses n when it runs; a subscription the
+// broker refuses fails Scale, which keeps the ones it made.
 func (c *Consumer) Scale(n int) (left int64, err error) {
 	if n < 1 {
 		return 0, fmt.Errorf("queue %q: a consumer needs at least one subscription, not %d", c.opts.Queue, n)
 	}
 	c.mu.Lock()
-	c.size = n
 	if c.h == nil {
+		c.size = n
 		c.mu.Unlock()
 		return 0, nil
 	}
 	for len(c.lanes) < n {
 		l := c.newLane()
-		c.lanes = append(c.lanes, l)
 		if c.live != nil {
-			if err := c.subscribe(c.live, l); err != nil {
-				// The session starts over on a new channel, with every lane.
-				select {
-				case c.broken <- err:
-				default:
-				}
+			start, err := c.subscribe(c.live, l)
+			if err != nil {
+				l.cancel()
+				c.size = len(c.lanes)
+				c.mu.Unlock()
+				return 0, fmt.Errorf("queue %q: subscription %d of %d: %w", c.opts.Queue, len(c.lanes)+1, n, err)
 			}
+			start()
 		}
+		c.lanes = append(c.lanes, l)
 	}
+	c.size = n
 	var gone []*lane
 	for len(c.lanes) > n {
 		l := c.lanes[len(c.lanes)-1]
@@ -362,6 +370,14 @@ func (c *Consumer) Scale(n int) (left int64, err error) {
 		l.cancel()
 	}
 	return left, nil
+}
+
+// Subscriptions returns how many subscriptions the consumer holds (or, when
+// stopped, will hold when it runs).
+func (c *Consumer) Subscriptions() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.size
 }
 
 // Stats returns running totals.
@@ -481,32 +497,37 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 	return nil
 }
 
-// subscribe starts lane l's subscription on lv, with a stop of its own for
-// that channel unless it has one already (a re-subscription after a
-// prefetch change), and its handler goroutines; the caller holds c.mu.
-func (c *Consumer) subscribe(lv *live, l *lane) error {
+// subscribe subscribes lane l on lv, with a stop of its own for that
+// channel unless it has one already (a re-subscription after a prefetch
+// change); start starts its handler goroutines. The caller holds c.mu. A
+// subscription that failed is cancelled, in case the broker made it after
+// all (a consume that outlived its deadline).
+func (c *Consumer) subscribe(lv *live, l *lane) (start func(), err error) {
 	tag := fmt.Sprintf("%s-%d", c.opts.Tag, c.seq.Add(1))
 	var dels <-chan amqp.Delivery
-	err := c.conn.call(c.hctx, fmt.Sprintf("consume queue %q", c.opts.Queue), func() error {
+	err = c.conn.call(c.hctx, fmt.Sprintf("consume queue %q", c.opts.Queue), func() error {
 		var err error
 		dels, err = lv.ch.Consume(c.opts.Queue, tag, false, false, false, false, c.opts.Args)
 		return err
 	})
 	if err != nil {
-		return err
+		_ = c.conn.call(c.hctx, "basic.cancel", func() error { return lv.ch.Cancel(tag, false) })
+		return nil, err
 	}
 	l.tag = tag
 	if l.stop == nil || isClosed(l.stop) {
 		l.stop = make(chan struct{})
 	}
+	stop, h := l.stop, c.h
 	// The handler goroutines read the library's delivery channel directly:
 	// no extra hand-off per message. They do not hold up the next channel
 	// when this one dies; the lane's slots keep its handlers running at
 	// once to Concurrency.
-	for range c.opts.Concurrency {
-		go c.handle(dels, lv.g, l, l.stop, c.h)
-	}
-	return nil
+	return func() {
+		for range c.opts.Concurrency {
+			go c.handle(dels, lv.g, l, stop, h)
+		}
+	}, nil
 }
 
 // session consumes on one channel until it closes or ctx ends; when ctx
@@ -531,10 +552,6 @@ func (c *Consumer) session(ctx context.Context) (drained bool, left int64, start
 			}
 		}
 	}()
-	select {
-	case <-c.broken: // about an earlier channel
-	default:
-	}
 
 	// stopAll ends the lanes' handing out of this channel's deliveries and
 	// forgets the channel; the caller holds c.mu.
@@ -559,12 +576,21 @@ func (c *Consumer) session(ctx context.Context) (drained bool, left int64, start
 		c.mu.Unlock()
 		return end(err)
 	}
+	// Every subscription is made before any handler starts: one that fails
+	// ends the channel, and with it the others' deliveries, which must not
+	// have been handled yet (they would be handled again on the next).
+	starts := make([]func(), 0, len(c.lanes))
 	for _, l := range c.lanes {
 		l.stop = nil
-		if err := c.subscribe(lv, l); err != nil {
+		start, err := c.subscribe(lv, l)
+		if err != nil {
 			c.mu.Unlock()
 			return end(err)
 		}
+		starts = append(starts, start)
+	}
+	for _, start := range starts {
+		start()
 	}
 	c.live = lv
 	subs := len(c.lanes)
@@ -590,8 +616,6 @@ func (c *Consumer) session(ctx context.Context) (drained bool, left int64, start
 		case t := <-cancelled:
 			// basic.cancel from the broker: the queue was deleted.
 			return end(fmt.Errorf("the broker cancelled consumer %s of queue %q (queue deleted?)", t, c.opts.Queue))
-		case err := <-c.broken:
-			return end(err)
 		case n := <-c.prefetchCh:
 			// A consumer's prefetch is fixed when it subscribes: set the new
 			// qos, subscribe again on the same channel, then cancel the old
@@ -603,7 +627,9 @@ func (c *Consumer) session(ctx context.Context) (drained bool, left int64, start
 					break
 				}
 				old := l.tag
-				if err = c.subscribe(lv, l); err == nil {
+				var start func()
+				if start, err = c.subscribe(lv, l); err == nil {
+					start()
 					err = c.conn.call(ctx, "basic.cancel", func() error { return ch.Cancel(old, false) })
 				}
 			}
