@@ -70,3 +70,71 @@ func TestResultToAMissingExchangeIsDeadLettered(t *testing.T) {
 		t.Errorf("the handler ran %d times, want once", n)
 	}
 }
+
+const nackFlow = `version: acemq.flow/v1
+name: nk
+plugins:
+  k: {command: ./not-started}
+pipelines:
+  - name: p
+    steps:
+      - {name: a, handler: k.echo, queue_type: classic, retry: {max_attempts: 2, initial_delay: 1s, max_delay: 1s, jitter: 0}}
+      - {name: b, handler: k.echo, queue_type: classic, auto_startup: false}
+`
+
+// TestResultRefusedByTheBrokerGoesRoundTheRetryLadder fills step b's queue
+// (a policy: at most one message, then reject-publish), so the broker nacks
+// step a's second result. That message must go round a's retry ladder, and
+// after its last attempt to a's dead letters with the reason: not be
+// requeued and handled again at once, for ever.
+func TestResultRefusedByTheBrokerGoesRoundTheRetryLadder(t *testing.T) {
+	url := testenv.VHost(t)
+	testenv.Rabbitmqctl(t, "set_policy", "-p", testenv.VHostOf(url), "--apply-to", "queues", "full-b", `^p\.b$`,
+		`{"max-length":1,"overflow":"reject-publish"}`)
+	var calls atomic.Int64
+	handler := func(_ context.Context, req runtime.Request) (runtime.Result, error) {
+		calls.Add(1)
+		return runtime.Result{Payload: req.Payload}, nil
+	}
+	startInProcess(t, url, nackFlow, runtime.Options{Handlers: map[string]runtime.HandlerFunc{"k.echo": handler}})
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"m-1", "m-2"} {
+		if err := ch.PublishWithContext(t.Context(), "", "p.a", false, false, amqp.Publishing{MessageId: id, ContentType: "application/json",
+			Body: []byte(`{"id":1}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var dl amqp.Delivery
+	testenv.Eventually(t, 30*time.Second, func() error {
+		d, ok, err := ch.Get("p.a.dlq", true)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return testenv.Errorf("nothing in p.a.dlq yet (the handler ran %d times)", calls.Load())
+		}
+		dl = d
+		return nil
+	})
+	if reason, _ := dl.Headers[runtime.HeaderError].(string); !strings.Contains(reason, "refused by the broker") {
+		t.Errorf("dead-lettered with reason %q, want one saying the broker refused the result", reason)
+	}
+	if attempt, _ := dl.Headers[runtime.HeaderAttempt].(int64); attempt != 2 {
+		t.Errorf("dead-lettered at attempt %v, want 2 (headers %v)", dl.Headers[runtime.HeaderAttempt], dl.Headers)
+	}
+	// One result reached b; the other message was handled once per attempt.
+	if q, err := ch.QueueDeclarePassive("p.b", true, false, false, false, nil); err != nil || q.Messages != 1 {
+		t.Errorf("p.b holds %d messages (%v), want 1", q.Messages, err)
+	}
+	if n := calls.Load(); n != 3 {
+		t.Errorf("the handler ran %d times, want 3 (once for the message that reached b, twice for the refused one)", n)
+	}
+}
