@@ -33,7 +33,7 @@ func (s *Store) ClaimLocked(ctx context.Context, owner string, n int, lease time
 		return nil, fmt.Errorf("outbox relay %q: claim batch: %w", owner, err)
 	}
 	b := &lockedBatch{s: s, conn: conn, owner: owner, lease: lease}
-	after := s.heldIDs.after(time.Now())
+	after, top := s.heldIDs.after(time.Now())
 	q := &pgx.Batch{}
 	q.Queue("BEGIN")
 	q.Queue("SELECT set_config('idle_in_transaction_session_timeout', $1, true)", strconv.FormatInt(max(lease.Milliseconds(), 1), 10))
@@ -47,11 +47,19 @@ func (s *Store) ClaimLocked(ctx context.Context, owner string, n int, lease time
 		b.close(false)
 		return nil, fmt.Errorf("outbox relay %q: claim batch: %w", owner, err)
 	}
+	// A claim from the head that filled its batch with rows behind the held
+	// batches may have left more there: the next claim reads from the head
+	// too.
+	last := int64(0)
+	if len(b.recs) > 0 {
+		last = b.recs[len(b.recs)-1].ID
+	}
+	s.heldIDs.claimed(after == 0 && top > 0 && len(b.recs) == n && last < top)
 	if len(b.recs) == 0 {
 		b.Abort()
 		return b, nil
 	}
-	s.heldIDs.add(b, b.recs[len(b.recs)-1].ID)
+	s.heldIDs.add(b, last)
 	return b, nil
 }
 
@@ -70,28 +78,39 @@ var headScanEvery = 100 * time.Millisecond
 // publication is open; with three batches of 100 held, that was two rows
 // visited for each row claimed. Rows behind the held batches that become
 // claimable (a write that committed late with a lower id, a retry whose
-// delay ended) are taken by the claims that read from the head, at least
-// every headScanEvery, and whenever no batch is held.
+// delay ended) are taken by the claims that read from the head: at least
+// every headScanEvery, whenever no batch is held, and one after another for
+// as long as each fills its batch with such rows.
 type heldIDs struct {
 	mu       sync.Mutex
 	open     map[*lockedBatch]int64 // the highest id of each open batch
 	lastHead time.Time
+	behind   bool // the last claim from the head filled its batch behind the held ones
 }
 
-// after returns the id a claim starts after: 0 (from the head) when no
-// batch is held or the head was last read headScanEvery ago.
-func (h *heldIDs) after(now time.Time) int64 {
+// after returns the id a claim starts after, 0 (from the head) when no
+// batch is held, the head was last read headScanEvery ago or the last read
+// of it found a full batch behind the held ones; and top, the highest id
+// held.
+func (h *heldIDs) after(now time.Time) (after, top int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	var top int64
 	for _, id := range h.open {
 		top = max(top, id)
 	}
-	if top == 0 || now.Sub(h.lastHead) >= headScanEvery {
+	if top == 0 || h.behind || now.Sub(h.lastHead) >= headScanEvery {
 		h.lastHead = now
-		return 0
+		return 0, top
 	}
-	return top
+	return top, top
+}
+
+// claimed records whether a claim from the head filled its batch with rows
+// behind the held batches; a claim that ended otherwise clears it.
+func (h *heldIDs) claimed(fullBehind bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.behind = fullBehind
 }
 
 func (h *heldIDs) add(b *lockedBatch, top int64) {

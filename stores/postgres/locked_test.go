@@ -254,3 +254,32 @@ func TestClaimLockedStartsAfterHeldBatchesAndComesBackForRowsBehind(t *testing.T
 		t.Fatalf("a claim with no batch held took %v, want %v", got, ids[0:1])
 	}
 }
+
+// A claim from the head that fills its batch with rows behind the held
+// batches leaves the next claim reading from the head too, until one
+// reaches past them: a backlog behind them (records whose retry delay
+// ended together) is taken at claim speed, not a batch per interval.
+func TestClaimLockedKeepsReadingFromTheHeadWhileRowsWaitBehind(t *testing.T) {
+	s, _, ids := lockedEnv(t, stores.Options{}, 6)
+	postgres.SetHeadScanEvery(t, time.Hour)
+	claim := func(want int64, why string) stores.LockedBatch {
+		t.Helper()
+		b := claimLocked(t, s, "a", 1, time.Minute)
+		if got := recordIDs(b.Records()); !slices.Equal(got, []int64{want}) {
+			t.Fatalf("%s: took %v, want [%d]", why, got, want)
+		}
+		return b
+	}
+	a := claim(ids[0], "the first claim")
+	b := claim(ids[1], "a claim after it")
+	claim(ids[2], "a claim after both")
+	a.Abort()
+	b.Abort() // ids[0] and ids[1] are behind the held batch of ids[2]
+
+	postgres.SetHeadScanEvery(t, 0)
+	claim(ids[0], "a claim from the head")
+	postgres.SetHeadScanEvery(t, time.Hour)
+	claim(ids[1], "the claim after a full batch from behind the held ones")
+	claim(ids[3], "the claim after that, which finds nothing more behind")
+	claim(ids[4], "a claim once nothing is left behind")
+}

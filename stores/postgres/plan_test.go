@@ -135,7 +135,8 @@ SELECT 'q', convert_to(repeat('x', 1024), 'UTF8') FROM generate_series(1, $1)`, 
 		args             []any
 	}{
 		{"leased claim", leaseClaimSQL, "acemq_outbox_pending", []any{now, 100, "relay", now.Add(time.Minute)}},
-		{"locked claim", claimableRows(recordCols), "acemq_outbox_pending", []any{now, 100}},
+		{"locked claim", claimLockedSQL, "acemq_outbox_pending", []any{now, 100, 0}},
+		{"locked claim after held batches", claimLockedSQL, "acemq_outbox_pending", []any{now, 100, backlog / 2}},
 		{"list pending", listPendingSQL, "acemq_outbox_pending", []any{100}},
 		{"list stuck", listStuckSQL, "acemq_outbox_stuck", []any{100}},
 		{"purge published", purgePublishedSQL, "acemq_outbox_pkey", []any{0, now, 100}},
