@@ -204,8 +204,8 @@ func (g *group) scale(n int) error {
 
 // setPrefetch changes the prefetch of every consumer of the group.
 func (g *group) setPrefetch(n int) error {
-	if n < 1 || n > maxPrefetch {
-		return badRequest{fmt.Errorf("consumer %q: prefetch %d is out of range; give 1 to %d", g.c.ID, n, maxPrefetch)}
+	if n < 1 || n > broker.MaxPrefetch {
+		return badRequest{fmt.Errorf("consumer %q: prefetch %d is out of range; give 1 to %d", g.c.ID, n, broker.MaxPrefetch)}
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -218,8 +218,6 @@ func (g *group) setPrefetch(n int) error {
 	return nil
 }
 
-// maxPrefetch is the largest prefetch basic.qos carries (a 16-bit count).
-const maxPrefetch = 65535
 
 // handle runs one delivery: check, call, decide, then publish what the
 // decision says and acknowledge only once every publish is confirmed.

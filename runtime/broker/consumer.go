@@ -131,6 +131,9 @@ func (d *Delivery) settle(send func() error, count func(*Consumer) *atomic.Int64
 // starts draining, only when the drain timeout passes.
 type Handler func(ctx context.Context, d *Delivery)
 
+// MaxPrefetch is the largest prefetch basic.qos carries (a 16-bit count).
+const MaxPrefetch = 65535
+
 // ConsumerOptions configures a Consumer.
 type ConsumerOptions struct {
 	// Queue is the queue consumed. Required.
@@ -269,7 +272,7 @@ func NewConsumer(conn *Conn, opts ConsumerOptions) *Consumer {
 	if opts.Prefetch <= 0 {
 		opts.Prefetch = 20
 	}
-	opts.Prefetch = min(opts.Prefetch, 65535)
+	opts.Prefetch = min(opts.Prefetch, MaxPrefetch)
 	if opts.Subscriptions <= 0 {
 		opts.Subscriptions = 1
 	}
@@ -299,8 +302,8 @@ func NewConsumer(conn *Conn, opts ConsumerOptions) *Consumer {
 // the same channel, so the deliveries it holds stay valid; a stopped one
 // uses it when it runs.
 func (c *Consumer) SetPrefetch(n int) error {
-	if n < 1 || n > 65535 {
-		return fmt.Errorf("queue %q: prefetch %d out of range 1..65535", c.opts.Queue, n)
+	if n < 1 || n > MaxPrefetch {
+		return fmt.Errorf("queue %q: prefetch %d out of range 1..%d", c.opts.Queue, n, MaxPrefetch)
 	}
 	c.prefetch.Store(int32(n))
 	for {
