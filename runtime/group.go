@@ -218,7 +218,6 @@ func (g *group) setPrefetch(n int) error {
 	return nil
 }
 
-
 // handle runs one delivery: check, call, decide, then publish what the
 // decision says and acknowledge only once every publish is confirmed.
 func (g *group) handle(ctx context.Context, d *broker.Delivery) {
