@@ -130,8 +130,8 @@ func pending(r *core.OutboxRecord) bool { return r.PublishedAt.IsZero() && r.Stu
 
 // ClaimBatch implements stores.OutboxRelay.
 func (s *Store) ClaimBatch(ctx context.Context, owner string, n int, lease time.Duration) ([]core.OutboxRecord, error) {
-	if owner == "" || n <= 0 || lease <= 0 {
-		return nil, fmt.Errorf("outbox claim batch: owner must be set and n %d and lease %s positive", n, lease)
+	if err := core.CheckClaim(owner, n, lease); err != nil {
+		return nil, err
 	}
 	if err := s.lock(ctx); err != nil {
 		return nil, err

@@ -9,13 +9,6 @@ import (
 // HeldPool returns the pool ClaimLocked takes its connections from.
 func (s *Store) HeldPool() *pgxpool.Pool { return s.held }
 
-// SetPurgeBatch sets the rows a purge statement handles until the test ends.
-func SetPurgeBatch(t interface{ Cleanup(func()) }, n int) {
-	old := purgeBatch
-	purgeBatch = n
-	t.Cleanup(func() { purgeBatch = old })
-}
-
 // SetHeadScanEvery sets how often a claim made while batches are held reads
 // the pending index from its head, until the test ends.
 func SetHeadScanEvery(t interface{ Cleanup(func()) }, d time.Duration) {

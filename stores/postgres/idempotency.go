@@ -360,23 +360,15 @@ DELETE FROM acemq_idempotency WHERE ctid = ANY(ARRAY(
     SELECT ctid FROM acemq_idempotency WHERE expires_at <= $1
     LIMIT $2 FOR UPDATE SKIP LOCKED))`
 
-// purgeBatch bounds the rows one purge statement deletes (or, for the
-// outbox, reads), so that a large purge holds its locks and its transaction
-// briefly, batch after batch. A variable for the tests.
-var purgeBatch = 10000
-
-// PurgeExpired implements stores.Idempotency, in batches of purgeBatch rows
-// that never wait for a claim or a confirm.
+// PurgeExpired implements stores.Idempotency, in batches of core.PurgeBatch
+// rows (so that a large purge holds its locks and its transaction briefly,
+// batch after batch) that never wait for a claim or a confirm.
 func (s *Store) PurgeExpired(ctx context.Context) (int64, error) {
-	var total int64
-	for {
-		tag, err := s.pool.Exec(ctx, purgeExpiredSQL, s.opts.Now(), purgeBatch)
+	return core.PurgeInBatches(func(limit int, purged int64) (int64, error) {
+		tag, err := s.pool.Exec(ctx, purgeExpiredSQL, s.opts.Now(), limit)
 		if err != nil {
-			return total, fmt.Errorf("purge expired idempotency rows (%d purged before the failure): %w", total, err)
+			return 0, fmt.Errorf("purge expired idempotency rows (%d purged before the failure): %w", purged, err)
 		}
-		total += tag.RowsAffected()
-		if tag.RowsAffected() < int64(purgeBatch) {
-			return total, nil
-		}
-	}
+		return tag.RowsAffected(), nil
+	})
 }

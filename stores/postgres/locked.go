@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -25,7 +24,7 @@ const idleInTransactionTimeout = "25P03"
 // connection the batch keeps until Finish or Abort, from the store's pool
 // for held batches (at most heldConns).
 func (s *Store) ClaimLocked(ctx context.Context, owner string, n int, lease time.Duration) (core.LockedBatch, error) {
-	if err := checkClaim(owner, n, lease); err != nil {
+	if err := core.CheckClaim(owner, n, lease); err != nil {
 		return nil, err
 	}
 	conn, err := s.held.Acquire(ctx)
@@ -54,17 +53,15 @@ func (s *Store) ClaimLocked(ctx context.Context, owner string, n int, lease time
 	if len(b.recs) > 0 {
 		last = b.recs[len(b.recs)-1].ID
 	}
-	s.heldIDs.claimed(after == 0 && top > 0 && len(b.recs) == n && last < top)
+	s.heldIDs.record(b, last, after == 0 && top > 0 && len(b.recs) == n && last < top)
 	if len(b.recs) == 0 {
 		b.Abort()
-		return b, nil
 	}
-	s.heldIDs.add(b, last)
 	return b, nil
 }
 
 // claimLockedSQL selects the claimable rows after id $3.
-var claimLockedSQL = strings.Replace(claimableRows(recordCols), "WHERE ", "WHERE id > $3 AND ", 1)
+var claimLockedSQL = claimableRows(recordCols, "id > $3 AND ")
 
 // headScanEvery is how often, at least, a claim while batches are held
 // reads the pending index from its head.
@@ -105,21 +102,21 @@ func (h *heldIDs) after(now time.Time) (after, top int64) {
 	return top, top
 }
 
-// claimed records whether a claim from the head filled its batch with rows
-// behind the held batches; a claim that ended otherwise clears it.
-func (h *heldIDs) claimed(fullBehind bool) {
+// record notes a claim's outcome: b, when it holds rows, as open with last
+// its highest id; and whether a claim from the head filled its batch with
+// rows behind the held batches (fullBehind), which a claim that ended
+// otherwise clears.
+func (h *heldIDs) record(b *lockedBatch, last int64, fullBehind bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.behind = fullBehind
-}
-
-func (h *heldIDs) add(b *lockedBatch, top int64) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	if len(b.recs) == 0 {
+		return
+	}
 	if h.open == nil {
 		h.open = map[*lockedBatch]int64{}
 	}
-	h.open[b] = top
+	h.open[b] = last
 }
 
 func (h *heldIDs) remove(b *lockedBatch) {

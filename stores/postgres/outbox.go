@@ -124,7 +124,7 @@ func (s *Store) collectInIDOrder(ctx context.Context, sql string, args ...any) (
 // row whose lease a concurrent relay just committed fails the lease test
 // when PostgreSQL re-checks it.
 func (s *Store) ClaimBatch(ctx context.Context, owner string, n int, lease time.Duration) ([]core.OutboxRecord, error) {
-	if err := checkClaim(owner, n, lease); err != nil {
+	if err := core.CheckClaim(owner, n, lease); err != nil {
 		return nil, err
 	}
 	now := s.opts.Now()
@@ -137,27 +137,19 @@ func (s *Store) ClaimBatch(ctx context.Context, owner string, n int, lease time.
 
 // leaseClaimSQL leases the claimable rows to $3 until $4.
 var leaseClaimSQL = `
-WITH c AS (` + claimableRows("o.id") + `)
+WITH c AS (` + claimableRows("o.id", "") + `)
 UPDATE acemq_outbox AS o SET lease_owner = $3, lease_until = $4
 FROM c WHERE o.id = c.id
 RETURNING ` + recordCols
 
-// checkClaim refuses a claim without an owner, rows or lease.
-func checkClaim(owner string, n int, lease time.Duration) error {
-	if owner == "" || n <= 0 || lease <= 0 {
-		return fmt.Errorf("outbox claim batch: owner must be set and n %d and lease %s positive", n, lease)
-	}
-	return nil
-}
-
 // claimableRows selects cols of the rows a claim may take, oldest first:
 // neither published nor stuck, not leased (or the lease ended at $1, now),
 // and not held by another relay, which is skipped, not waited for; at most
-// $2.
-func claimableRows(cols string) string {
+// $2. extra, when set, is one more condition ended by "AND ".
+func claimableRows(cols, extra string) string {
 	return `
 SELECT ` + cols + ` FROM acemq_outbox AS o
-WHERE published_at IS NULL AND stuck_at IS NULL AND (lease_until IS NULL OR lease_until <= $1)
+WHERE ` + extra + `published_at IS NULL AND stuck_at IS NULL AND (lease_until IS NULL OR lease_until <= $1)
 ORDER BY id LIMIT $2
 FOR UPDATE SKIP LOCKED`
 }
@@ -253,7 +245,7 @@ func sqlLimit(limit int) *int64 {
 // PurgePublished implements stores.OutboxRelay.
 //
 // No index covers published_at (one would cost every published row an
-// index entry): the purge walks the table in id order instead, purgeBatch
+// index entry): the purge walks the table in id order instead, core.PurgeBatch
 // rows a statement, and stops at the first row written at or after before,
 // as no row written later can have been published before it. So a purge
 // reads the rows old enough to go, and the few after them, not the whole
@@ -261,22 +253,15 @@ func sqlLimit(limit int) *int64 {
 // transaction, or one written by a database whose clock runs ahead of the
 // relay's, may wait for a later purge.)
 func (s *Store) PurgePublished(ctx context.Context, before time.Time) (int64, error) {
-	var total, after int64
-	for {
-		var n, last int64
-		var done bool
+	return core.PurgeWalk(func(after int64, limit int, purged int64) (n, last int64, done bool, err error) {
 		q := &pgx.Batch{}
 		q.Queue(idOrder)
-		q.Queue(purgePublishedSQL, after, before, purgeBatch).QueryRow(func(r pgx.Row) error { return r.Scan(&n, &last, &done) })
+		q.Queue(purgePublishedSQL, after, before, limit).QueryRow(func(r pgx.Row) error { return r.Scan(&n, &last, &done) })
 		if err := s.pool.SendBatch(ctx, q).Close(); err != nil {
-			return total, fmt.Errorf("purge published outbox rows (%d purged before the failure): %w", total, err)
+			return 0, 0, false, fmt.Errorf("purge published outbox rows (%d purged before the failure): %w", purged, err)
 		}
-		total += n
-		if done || last == 0 {
-			return total, nil
-		}
-		after = last
-	}
+		return n, last, done, nil
+	})
 }
 
 // purgePublishedSQL deletes, of the $3 rows after id $1, those published

@@ -106,7 +106,7 @@ WHERE wait_event_type = 'Lock' AND query LIKE $1 AND datname = current_database(
 func TestPurgesWorkInBatches(t *testing.T) {
 	ctx := t.Context()
 	s := openMigrated(t)
-	SetPurgeBatch(t, 7)
+	purgecheck.SetBatch(t, 7)
 	exec := func(sql string, args ...any) {
 		t.Helper()
 		if _, err := s.pool.Exec(ctx, sql, args...); err != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/acemq/acemq-flow/stores"
 	"github.com/acemq/acemq-flow/stores/sqlite"
 	"github.com/acemq/acemq-flow/stores/storetest"
+	"github.com/acemq/acemq-flow/test/testenv"
 )
 
 // The relay's writes read the clock once they hold the write lock. A claim
@@ -43,7 +44,7 @@ func TestOutboxClockAfterLockWait(t *testing.T) {
 		s, clk, id := setup(t)
 		var recs []stores.OutboxRecord
 		var err error
-		returned := afterLockWait(t, s.Path(), clk, wait, func() {
+		returned := afterLockWait(t, s, clk, wait, func() {
 			recs, err = s.ClaimBatch(t.Context(), "relay-a", 10, lease)
 		})
 		if err != nil {
@@ -72,7 +73,7 @@ func TestOutboxClockAfterLockWait(t *testing.T) {
 		}
 		var stuck bool
 		var err error
-		returned := afterLockWait(t, s.Path(), clk, wait, func() {
+		returned := afterLockWait(t, s, clk, wait, func() {
 			stuck, err = s.MarkFailed(t.Context(), id, "relay-a", "broker unreachable")
 		})
 		if err != nil || stuck {
@@ -100,26 +101,31 @@ func TestOutboxClockAfterLockWait(t *testing.T) {
 }
 
 // afterLockWait runs call while another handle holds the write lock on the
-// store's file at path, moves clk on by wait, and only then lets the lock
-// go. It returns the time on clk when call returned. A call that reads the
-// clock before waiting for the lock sees the time before the move.
-func afterLockWait(t *testing.T, path string, clk *clock, wait time.Duration, call func()) time.Time {
+// file of s, moves clk on by wait once call has taken the store's one
+// connection, and only then lets the lock go. It returns the time on clk
+// when call returned. The store takes its connection in BeginTx, before
+// BEGIN IMMEDIATE waits for the lock: a call that reads the clock before
+// beginning its transaction sees the time before the move, and one that
+// reads it only under the lock cannot read it before release.
+func afterLockWait(t *testing.T, s *sqlite.Store, clk *clock, wait time.Duration, call func()) time.Time {
 	t.Helper()
-	release := holdLock(t, path)
-	clk.forget()
+	release := holdLock(t, s.Path())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		call()
 	}()
-	// Move on once the call has read the clock, or after a hold long enough
-	// for it to be waiting for the lock. A call that reads the clock only
-	// under the lock cannot read it before release, so the result does not
-	// depend on how long the hold is.
-	select {
-	case <-clk.reads:
-	case <-time.After(100 * time.Millisecond):
-	}
+	testenv.Eventually(t, 10*time.Second, func() error {
+		select {
+		case <-done:
+			return nil // it did not wait: the checks after say how it went
+		default:
+		}
+		if s.DB().Stats().InUse == 0 {
+			return testenv.Errorf("the call has not taken the store's connection")
+		}
+		return nil
+	})
 	now := clk.add(wait)
 	release()
 	<-done
@@ -151,34 +157,20 @@ func holdLock(t *testing.T, path string) (release func()) {
 	return release
 }
 
-// clock is a store clock that moves only when the test moves it. reads
-// receives when the store reads it.
+// clock is a store clock that moves only when the test moves it.
 type clock struct {
-	mu    sync.Mutex
-	now   time.Time
-	reads chan struct{}
+	mu  sync.Mutex
+	now time.Time
 }
 
 func newClock(start time.Time) *clock {
-	return &clock{now: start, reads: make(chan struct{}, 1)}
+	return &clock{now: start}
 }
 
 func (c *clock) Now() time.Time {
-	select {
-	case c.reads <- struct{}{}:
-	default:
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.now
-}
-
-// forget drops a read not yet received, so that reads reports the next one.
-func (c *clock) forget() {
-	select {
-	case <-c.reads:
-	default:
-	}
 }
 
 func (c *clock) add(d time.Duration) time.Time {

@@ -204,28 +204,20 @@ func (s *Store) Release(ctx context.Context, key string, token core.Token) error
 
 // PurgeExpired implements stores.Idempotency.
 //
-// It deletes purgeBatch rows a statement, so that a large purge holds the
-// write lock briefly, batch after batch, and other processes' claims do not
-// time out waiting for it.
+// It deletes core.PurgeBatch rows a statement, so that a large purge holds
+// the write lock briefly, batch after batch, and other processes' claims do
+// not time out waiting for it.
 func (s *Store) PurgeExpired(ctx context.Context) (int64, error) {
-	var total int64
-	for {
+	return core.PurgeInBatches(func(limit int, purged int64) (int64, error) {
 		res, err := s.db.ExecContext(ctx, `DELETE FROM acemq_idempotency WHERE key IN (
-    SELECT key FROM acemq_idempotency WHERE expires_at <= ?1 LIMIT ?2)`, s.opts.Now().UnixMilli(), purgeBatch)
+    SELECT key FROM acemq_idempotency WHERE expires_at <= ?1 LIMIT ?2)`, s.opts.Now().UnixMilli(), limit)
 		if err != nil {
-			return total, fmt.Errorf("purge expired idempotency rows (%d purged before the failure): %w", total, err)
+			return 0, fmt.Errorf("purge expired idempotency rows (%d purged before the failure): %w", purged, err)
 		}
 		n, err := res.RowsAffected()
 		if err != nil {
-			return total, fmt.Errorf("purge expired idempotency rows: %w", err)
+			return 0, fmt.Errorf("purge expired idempotency rows: %w", err)
 		}
-		total += n
-		if n < int64(purgeBatch) {
-			return total, nil
-		}
-	}
+		return n, nil
+	})
 }
-
-// purgeBatch bounds the rows one purge statement deletes (or, for the
-// outbox, reads). A variable for the tests.
-var purgeBatch = 10000

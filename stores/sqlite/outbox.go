@@ -131,8 +131,8 @@ WHERE stuck_at IS NOT NULL AND published_at IS NULL ORDER BY id LIMIT ?`
 // ClaimBatch implements stores.OutboxRelay. SQLite has one writer at a time,
 // so the UPDATE alone keeps two relays off the same rows.
 func (s *Store) ClaimBatch(ctx context.Context, owner string, n int, lease time.Duration) ([]core.OutboxRecord, error) {
-	if owner == "" || n <= 0 || lease <= 0 {
-		return nil, fmt.Errorf("outbox claim batch: owner must be set and n %d and lease %s positive", n, lease)
+	if err := core.CheckClaim(owner, n, lease); err != nil {
+		return nil, err
 	}
 	var out []core.OutboxRecord
 	err := s.inTx(ctx, fmt.Sprintf("outbox relay %q: claim batch", owner), func(tx *sql.Tx) error {
@@ -252,40 +252,32 @@ func sqlLimit(limit int) int {
 // PurgePublished implements stores.OutboxRelay.
 //
 // As on PostgreSQL, no index covers published_at: the purge walks the table
-// in id order, purgeBatch rows a transaction (so the write lock is held
+// in id order, core.PurgeBatch rows a transaction (so the write lock is held
 // briefly, batch after batch), and stops at the first row written at or
 // after before, as no row written later can have been published before it.
 func (s *Store) PurgePublished(ctx context.Context, before time.Time) (int64, error) {
-	var total, after int64
 	cut := before.UnixMilli()
-	for {
-		var last sql.NullInt64
-		var done bool
-		err := s.inTx(ctx, fmt.Sprintf("purge published outbox rows (%d purged before the failure)", total), func(tx *sql.Tx) error {
+	return core.PurgeWalk(func(after int64, limit int, purged int64) (n, last int64, done bool, err error) {
+		// last stays 0 when the walk read no row: ids after 0 are positive.
+		err = s.inTx(ctx, fmt.Sprintf("purge published outbox rows (%d purged before the failure)", purged), func(tx *sql.Tx) error {
+			var lastID sql.NullInt64
 			var newer sql.NullBool
 			if err := tx.QueryRowContext(ctx, `SELECT max(id), max(created_at >= ?2) FROM (
-    SELECT id, created_at FROM acemq_outbox WHERE id > ?1 ORDER BY id LIMIT ?3)`, after, cut, purgeBatch).Scan(&last, &newer); err != nil {
+    SELECT id, created_at FROM acemq_outbox WHERE id > ?1 ORDER BY id LIMIT ?3)`, after, cut, limit).Scan(&lastID, &newer); err != nil {
 				return err
 			}
-			if !last.Valid {
+			if !lastID.Valid {
 				return nil
 			}
-			done = newer.Bool
+			last, done = lastID.Int64, newer.Bool
 			res, err := tx.ExecContext(ctx, `DELETE FROM acemq_outbox
-WHERE id > ?1 AND id <= ?2 AND published_at IS NOT NULL AND published_at < ?3`, after, last.Int64, cut)
+WHERE id > ?1 AND id <= ?2 AND published_at IS NOT NULL AND published_at < ?3`, after, last, cut)
 			if err != nil {
 				return err
 			}
-			n, err := res.RowsAffected()
-			total += n
+			n, err = res.RowsAffected()
 			return err
 		})
-		if err != nil {
-			return total, err
-		}
-		if done || !last.Valid {
-			return total, nil
-		}
-		after = last.Int64
-	}
+		return n, last, done, err
+	})
 }

@@ -2,12 +2,9 @@ package sqlite
 
 import (
 	"database/sql"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/acemq/acemq-flow/stores/internal/core"
 )
 
 // TestOutboxPlans runs EXPLAIN QUERY PLAN on the relay's statements after
@@ -17,14 +14,7 @@ import (
 // of acemq_outbox would read every published row while holding the write
 // lock.
 func TestOutboxPlans(t *testing.T) {
-	s, err := Open(t.Context(), filepath.Join(t.TempDir(), "plan.db"), core.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	if err := s.Migrate(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	s := openMigrated(t)
 	stmts := []struct {
 		name, sql, index string
 		args             []any

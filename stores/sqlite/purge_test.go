@@ -1,13 +1,10 @@
 package sqlite
 
 import (
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/acemq/acemq-flow/stores/internal/purgecheck"
-
-	"github.com/acemq/acemq-flow/stores/internal/core"
 )
 
 // TestPurgesWorkInBatches purges more rows than one statement handles: the
@@ -17,17 +14,8 @@ import (
 // cut-off.
 func TestPurgesWorkInBatches(t *testing.T) {
 	ctx := t.Context()
-	s, err := Open(ctx, filepath.Join(t.TempDir(), "purge.db"), core.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	old := purgeBatch
-	purgeBatch = 7
-	t.Cleanup(func() { purgeBatch = old })
+	s := openMigrated(t)
+	purgecheck.SetBatch(t, 7)
 	exec := func(sql string, args ...any) {
 		t.Helper()
 		if _, err := s.db.ExecContext(ctx, sql, args...); err != nil {

@@ -67,24 +67,7 @@ VALUES (?, ?, ?, ?, ?)`, exchange, routingKey, body, contentType, properties)
 				return err
 			},
 			LockHeld: func(t *testing.T) (stores.Set, func()) {
-				conn, err := app(t, path, time.Second).Conn(t.Context())
-				if err != nil {
-					t.Fatal(err)
-				}
-				if _, err := conn.ExecContext(t.Context(), "BEGIN IMMEDIATE"); err != nil {
-					t.Fatal(err)
-				}
-				held := true
-				release := func() {
-					if held {
-						held = false
-						if _, err := conn.ExecContext(context.Background(), "ROLLBACK"); err != nil {
-							t.Errorf("release the SQLite write lock: %v", err)
-						}
-						conn.Close()
-					}
-				}
-				t.Cleanup(release)
+				release := holdLock(t, path)
 				impatient := opts
 				impatient.LockTimeout = 100 * time.Millisecond
 				return open(t, path, impatient), release

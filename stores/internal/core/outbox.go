@@ -90,6 +90,14 @@ func CheckRecord(r OutboxRecord) error {
 	return nil
 }
 
+// CheckClaim refuses a relay's claim without an owner, rows or lease.
+func CheckClaim(owner string, n int, lease time.Duration) error {
+	if owner == "" || n <= 0 || lease <= 0 {
+		return fmt.Errorf("outbox claim batch: owner must be set and n %d and lease %s positive", n, lease)
+	}
+	return nil
+}
+
 // LockedBatch is a claim whose rows stay locked by an open database
 // transaction until Finish or Abort. See stores.LockedBatch.
 type LockedBatch interface {

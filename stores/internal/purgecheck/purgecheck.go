@@ -1,8 +1,21 @@
-// Package purgecheck holds a check that the SQL backends' own purge tests
-// share (they cannot import storetest, which imports them).
+// Package purgecheck holds a check and a setting that the SQL backends' own
+// purge tests share (they cannot import storetest, which imports them).
 package purgecheck
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/acemq/acemq-flow/stores/internal/core"
+)
+
+// SetBatch sets core.PurgeBatch, the rows a purge statement handles, to n
+// until the test ends.
+func SetBatch(t testing.TB, n int) {
+	t.Helper()
+	old := core.PurgeBatch
+	core.PurgeBatch = n
+	t.Cleanup(func() { core.PurgeBatch = old })
+}
 
 // CheckPurgeWalk checks a PurgePublished over the 50 outbox rows a backend's
 // own test wrote, ids 1 to 50: 1-25 written and published two hours before
