@@ -3,11 +3,11 @@ package host
 import (
 	"bytes"
 	"errors"
-	"maps"
 	"testing"
 	"time"
 
 	gproto "google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/acemq/acemq-flow/plugins/proto"
 )
@@ -16,50 +16,59 @@ import (
 // plugins/proto/plugin.proto, which is the contract; TestInProcessRoundTrip
 // checks them together with the SDK's.
 
+// wire sends m through the protobuf encoding and decodes it into out, as the
+// other side receives it.
+func wire(t *testing.T, m, out gproto.Message) {
+	t.Helper()
+	b, err := gproto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := gproto.Unmarshal(b, out); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestRequestToProto(t *testing.T) {
+	firstSeen := time.Date(2026, 9, 9, 14, 3, 11, 123456789, time.UTC)
+	cet := time.Date(2026, 1, 2, 3, 4, 5, 0, time.FixedZone("CET", 3600))
+	// Every call is sent with id 7 and 1.5ms left: timeout_ms 2, rounded up.
 	tests := []struct {
 		name string
 		req  Request
+		want *proto.HandleRequest
 	}{
-		{name: "an empty request", req: Request{}},
+		{name: "an empty request", req: Request{},
+			want: &proto.HandleRequest{CallId: 7, TimeoutMs: 2, Envelope: &proto.Envelope{}}},
 		{name: "a full envelope", req: Request{
 			Handler: "reserve", Compensate: true, Payload: []byte(`{"a":1}`),
 			Envelope: Envelope{
 				MessageID: "m-2", Type: "Order", CorrelationID: "c-1", CausationID: "m-1", Origin: "shop",
-				Attempt: 4, FirstSeen: time.Date(2026, 9, 9, 14, 3, 11, 123456789, time.UTC),
+				Attempt: 4, FirstSeen: firstSeen,
+				Headers: map[string]string{"tenant": "acme", "x-trace": "t"},
+			},
+		}, want: &proto.HandleRequest{
+			CallId: 7, TimeoutMs: 2, Handler: "reserve", Compensate: true, Payload: []byte(`{"a":1}`),
+			Envelope: &proto.Envelope{
+				MessageId: "m-2", Type: "Order", CorrelationId: "c-1", CausationId: "m-1", Origin: "shop",
+				Attempt: 4, FirstSeen: timestamppb.New(firstSeen),
 				Headers: map[string]string{"tenant": "acme", "x-trace": "t"},
 			},
 		}},
-		{name: "a first-seen time in another zone", req: Request{Envelope: Envelope{
-			FirstSeen: time.Date(2026, 1, 2, 3, 4, 5, 0, time.FixedZone("CET", 3600)),
-		}}},
-		{name: "a binary payload", req: Request{Handler: "h", Payload: []byte{0, 1, 2, 255}}},
+		{name: "a first-seen time in another zone", req: Request{Envelope: Envelope{FirstSeen: cet}},
+			want: &proto.HandleRequest{CallId: 7, TimeoutMs: 2, Envelope: &proto.Envelope{
+				FirstSeen: &timestamppb.Timestamp{Seconds: cet.Unix()},
+			}}},
+		{name: "a binary payload", req: Request{Handler: "h", Payload: []byte{0, 1, 2, 255}},
+			want: &proto.HandleRequest{CallId: 7, TimeoutMs: 2, Handler: "h", Payload: []byte{0, 1, 2, 255}, Envelope: &proto.Envelope{}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			// Through the wire encoding too, as the plugin receives it.
-			b, err := gproto.Marshal(requestToProto(7, tc.req, 1500*time.Microsecond))
-			if err != nil {
-				t.Fatal(err)
-			}
 			var m proto.HandleRequest
-			if err := gproto.Unmarshal(b, &m); err != nil {
-				t.Fatal(err)
-			}
-			if m.GetCallId() != 7 || m.GetTimeoutMs() != 2 {
-				t.Fatalf("call id %d, timeout %dms; want 7 and 2 (rounded up)", m.GetCallId(), m.GetTimeoutMs())
-			}
-			e, want := m.GetEnvelope(), tc.req.Envelope
-			var firstSeen time.Time
-			if ts := e.GetFirstSeen(); ts != nil {
-				firstSeen = ts.AsTime()
-			}
-			if m.GetHandler() != tc.req.Handler || m.GetCompensate() != tc.req.Compensate || !bytes.Equal(m.GetPayload(), tc.req.Payload) ||
-				e.GetMessageId() != want.MessageID || e.GetType() != want.Type || e.GetCorrelationId() != want.CorrelationID ||
-				e.GetCausationId() != want.CausationID || e.GetOrigin() != want.Origin || int(e.GetAttempt()) != want.Attempt ||
-				!firstSeen.Equal(want.FirstSeen) || (want.FirstSeen.IsZero() && e.GetFirstSeen() != nil) ||
-				!maps.Equal(e.GetHeaders(), want.Headers) {
-				t.Fatalf("requestToProto(%+v) sent %v", tc.req, &m)
+			wire(t, requestToProto(7, tc.req, 1500*time.Microsecond), &m)
+			if !gproto.Equal(&m, tc.want) {
+				t.Fatalf("requestToProto(%+v) sent %v, want %v", tc.req, &m, tc.want)
 			}
 		})
 	}
@@ -85,14 +94,8 @@ func TestResultFromProto(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			b, err := gproto.Marshal(tc.m)
-			if err != nil {
-				t.Fatal(err)
-			}
 			var m proto.HandleResponse
-			if err := gproto.Unmarshal(b, &m); err != nil {
-				t.Fatal(err)
-			}
+			wire(t, tc.m, &m)
 			got, gotErr := resultFromProto("p", "h", &m)
 			if tc.err != nil {
 				var ce *CallError

@@ -85,17 +85,28 @@ func TestSlowHandlerWhileOthersAnswerIsNotRestarted(t *testing.T) {
 		_, err := p.Call(t.Context(), Request{Handler: "sleep", Payload: []byte(`{"ms":60000}`)})
 		slow <- err
 	}()
-	// Keep echo calls answered past the slow call's timeout and grace.
-	end := time.Now().Add(500*time.Millisecond + hangGrace(500*time.Millisecond) + time.Second)
-	for i := 0; time.Now().Before(end); i++ {
+	// Keep echo calls answered until the slow call has timed out, and on
+	// through the hang grace after it (with a margin): a plugin taken for
+	// hung would fail within it, and the echo calls with it.
+	var slowErr error
+	var end time.Time // zero until the slow call has returned
+	for i := 0; end.IsZero() || time.Now().Before(end); i++ {
+		select {
+		case slowErr = <-slow:
+			end = time.Now().Add(p.grace + 500*time.Millisecond)
+		default:
+		}
 		payload := []byte(fmt.Sprint(i))
 		res, err := p.Call(t.Context(), Request{Handler: "echo", Payload: payload})
 		if err != nil || !bytes.Equal(res.Payload, payload) {
 			t.Fatalf("Call(echo %d) while a slow call is pending = %q, %v", i, res.Payload, err)
 		}
 	}
-	if err := <-slow; !errors.Is(err, ErrTimeout) {
-		t.Fatalf("Call(sleep 60s) with a 500ms timeout: error = %v, want ErrTimeout", err)
+	// The plugin cancels the handler at the same deadline, and testkit's
+	// sleep then answers: which of the two the host sees first is a race,
+	// and either is right.
+	if slowErr != nil && !errors.Is(slowErr, ErrTimeout) {
+		t.Fatalf("Call(sleep 60s) with a 500ms timeout: error = %v, want ErrTimeout (or the answer given at the deadline)", slowErr)
 	}
 	if n := p.Restarts(); n != 0 {
 		t.Fatalf("Restarts() = %d after one slow call while others were answered, want 0", n)
@@ -115,10 +126,13 @@ func TestWriteStalledOnStoppedPluginIsBounded(t *testing.T) {
 	}()
 	select {
 	case err := <-done:
-		if err == nil || IsFatal(err) {
-			t.Fatalf("Call(echo 40 MiB) to a stopped plugin: error = %v; want a retryable error", err)
+		// gRPC queues one message whole while the stream has any write
+		// quota left, so the write returns before flow control holds it:
+		// the call waits for its answer and times out (the hang watcher
+		// then fails the instance, and it is restarted).
+		if err == nil || IsFatal(err) || !errors.Is(err, ErrTimeout) {
+			t.Fatalf("Call(echo 40 MiB) to a stopped plugin: error = %v; want a retryable ErrTimeout", err)
 		}
-		t.Logf("Call returned: %v", err)
 	case <-time.After(15 * time.Second):
 		t.Fatal("Call(echo 40 MiB) to a stopped plugin did not return within 15s (Timeout 1s)")
 	}

@@ -117,6 +117,7 @@ type Plugin struct {
 	cfg        Config
 	log        *slog.Logger
 	timeoutErr error
+	grace      time.Duration // hangGrace(cfg.Timeout), each call's limit.grace
 	spawn      func(ctx context.Context) (*instance, error)
 
 	cur      atomic.Pointer[instance]
@@ -175,6 +176,7 @@ func newPlugin(cfg Config) (*Plugin, error) {
 		cfg:        cfg,
 		log:        log.With("plugin", cfg.Name),
 		timeoutErr: fmt.Errorf("%w (%s)", ErrTimeout, cfg.Timeout),
+		grace:      hangGrace(cfg.Timeout),
 		changed:    make(chan struct{}),
 		closing:    make(chan struct{}),
 	}, nil
@@ -246,7 +248,7 @@ func (p *Plugin) limit(ctx context.Context) (l limit, stop func() bool) {
 		left = min(left, time.Until(d))
 	}
 	t := time.NewTimer(p.cfg.Timeout)
-	return limit{ctx: ctx, expire: t.C, err: p.timeoutErr, left: left, grace: hangGrace(p.cfg.Timeout)}, t.Stop
+	return limit{ctx: ctx, expire: t.C, err: p.timeoutErr, left: left, grace: p.grace}, t.Stop
 }
 
 // Restarts returns how many times the plugin was restarted after a crash.
