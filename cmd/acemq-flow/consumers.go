@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/acemq/acemq-flow/runtime"
+	"github.com/acemq/acemq-flow/runtime/broker"
 )
 
 // adminClient calls the running runtime's admin API.
@@ -186,8 +187,8 @@ while the removed consumers drain; a group needs at least one consumer.`,
 		simple("start", "Start a consumer (its queue is checked again)", "start"),
 		simple("stop", "Drain and stop a consumer", "stop"),
 		number("scale", "Set how many consumers the group runs", "scale", "size", 1, 0,
-			"a group needs at least one consumer"),
-		number("prefetch", "Change a consumer's prefetch", "prefetch", "prefetch", 1, 65535,
+			runtime.ErrGroupSize.Error()),
+		number("prefetch", "Change a consumer's prefetch", "prefetch", "prefetch", 1, broker.MaxPrefetch,
 			"basic.qos counts unacknowledged messages in 16 bits"),
 	)
 	return cmd

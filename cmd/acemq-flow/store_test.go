@@ -97,7 +97,6 @@ func TestFailingCommandsCreateNoSQLiteFile(t *testing.T) {
 		{"outbox", "list"},
 		{"outbox", "list", "--stuck"},
 		{"relay"},
-		{"relay", "--batch", "0"},
 		{"run", "--relay", flow},
 	} {
 		_, errOut, code := cli(t, args...)
