@@ -79,7 +79,12 @@ func (b *builder) items(n *node, key string) []*node {
 }
 
 func (b *builder) str(n *node, key string) (string, Pos) {
-	v := n.get(key)
+	return strValue(n, n.get(key))
+}
+
+// strValue is the text of v, the value under some key of n, and its
+// position; "" and n's position when there is none.
+func strValue(n, v *node) (string, Pos) {
 	if v == nil {
 		return "", n.pos
 	}
@@ -309,8 +314,8 @@ func (b *builder) itinerary(n *node) *Itinerary {
 }
 
 func (b *builder) when(n *node) Condition {
-	src, pos := b.str(n, "when")
 	v := n.get("when")
+	src, pos := strValue(n, v)
 	return Condition{Source: src, Pos: pos, quoted: v != nil && v.quoted}
 }
 

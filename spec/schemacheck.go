@@ -186,7 +186,7 @@ func schemaDiagnostic(root *node, ve *jsonschema.ValidationError) Diagnostic {
 		diag.Code = "out-of-range"
 		diag.Msg = fmt.Sprintf("%s is %s, out of range", where, scalarText(n))
 		if m := bound.FindStringSubmatch(ve.Message); m != nil {
-			diag.Hint = fmt.Sprintf("use a value %s %s", map[string]string{">=": "of at least", "<=": "of at most", ">": "above", "<": "below"}[m[1]], m[2])
+			diag.Hint = fmt.Sprintf("use a value %s %s", boundWords[m[1]], m[2])
 		}
 	case "minItems":
 		diag.Code = "too-few"
@@ -204,6 +204,9 @@ func schemaDiagnostic(root *node, ve *jsonschema.ValidationError) Diagnostic {
 // bound reads the comparison and limit of a range message ("must be <= 1000
 // but found 5000").
 var bound = regexp.MustCompile(`must be (>=|<=|>|<) ([-0-9.e+]+)`)
+
+// boundWords says each comparison of bound in words.
+var boundWords = map[string]string{">=": "of at least", "<=": "of at most", ">": "above", "<": "below"}
 
 func quoteAll(ss []string) []string {
 	out := make([]string, len(ss))

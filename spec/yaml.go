@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -55,24 +54,32 @@ func (n *node) str() (string, bool) {
 	return s, ok
 }
 
-// get returns the value under key in a mapping, or nil.
-func (n *node) get(key string) *node {
+// index returns the position of key among a mapping's keys, or -1.
+func (n *node) index(key string) int {
 	if n == nil || n.kind != kMap {
-		return nil
+		return -1
 	}
 	for i, k := range n.keys {
 		if k.value == key {
-			return n.vals[i]
+			return i
 		}
+	}
+	return -1
+}
+
+// get returns the value under key in a mapping, or nil.
+func (n *node) get(key string) *node {
+	if i := n.index(key); i >= 0 {
+		return n.vals[i]
 	}
 	return nil
 }
 
+// keyPos returns where key is written in a mapping, or the node's own
+// position if it has no such key.
 func (n *node) keyPos(key string) Pos {
-	for i, k := range n.keys {
-		if k.value == key {
-			return n.keys[i].pos
-		}
+	if i := n.index(key); i >= 0 {
+		return n.keys[i].pos
 	}
 	return n.pos
 }
@@ -110,8 +117,6 @@ type yamlParser struct {
 	failed  bool // a limit was hit; stop walking
 }
 
-// parseYAML parses one flow file. It returns nil when the file cannot be
-// parsed, with the reasons in d.
 // flowTooDeep reports where flow-style collections ([ and {) in data first
 // nest deeper than maxDepth. Quoted text and comments are skipped; a bracket
 // in a plain scalar counts, which only matters for text no flow file has.
@@ -160,6 +165,13 @@ func flowTooDeep(data []byte) (line, col int, deep bool) {
 	return 0, 0, false
 }
 
+// tooDeep reports, at pos, nesting deeper than maxDepth.
+func tooDeep(d *diags, pos Pos) {
+	d.errorf(pos, "too-deep", "flatten the structure", "the YAML nests deeper than %d levels", maxDepth)
+}
+
+// parseYAML parses one flow file. It returns nil when the file cannot be
+// parsed, with the reasons in d.
 func parseYAML(file string, data []byte, env func(string) (string, bool), d *diags) (root *node) {
 	start := Pos{File: file, Line: 1, Col: 1}
 	if len(data) > MaxFileSize {
@@ -183,8 +195,7 @@ func parseYAML(file string, data []byte, env func(string) (string, bool), d *dia
 	if line, col, deep := flowTooDeep(data); deep {
 		// Checked before parsing: the parser's memory grows with the square
 		// of flow-style nesting ([[[[…), and a 200 KB file exhausted it.
-		d.errorf(Pos{File: file, Line: line, Col: col}, "too-deep", "flatten the structure",
-			"the YAML nests deeper than %d levels", maxDepth)
+		tooDeep(d, Pos{File: file, Line: line, Col: col})
 		return nil
 	}
 	f, err := parser.ParseBytes(data, 0)
@@ -326,7 +337,7 @@ func (p *yamlParser) convert(an ast.Node, depth int, key string, inArgs bool) *n
 	pos := posOf(p.file, an)
 	if depth > maxDepth {
 		p.failed = true
-		p.d.errorf(pos, "too-deep", "flatten the structure", "the YAML nests deeper than %d levels", maxDepth)
+		tooDeep(p.d, pos)
 		return nil
 	}
 	switch n := an.(type) {
@@ -495,15 +506,14 @@ func (p *yamlParser) mapValue(out *node, mv *ast.MappingValueNode, depth int, in
 			p.d.errorf(kpos, "complex-key", "use a plain string as the key", "a mapping key must be a string")
 		}
 	}
-	override := -1
-	if out.get(name) != nil {
+	override := out.index(name)
+	if override >= 0 {
 		if !out.merged[name] {
 			p.d.errorf(kpos, "duplicate-key", "remove one of the two", "key %q appears twice in this mapping (first at %s)", name, out.keyPos(name))
 			return
 		}
 		// A key written in the mapping overrides the one a merge copied
 		// in (YAML merge keys), before or after the <<.
-		override = slices.IndexFunc(out.keys, func(k *node) bool { return k.value == name })
 		delete(out.merged, name)
 	}
 	child := p.convert(mv.Value, depth+1, name, inArgs || name == "arguments")
