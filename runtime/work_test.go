@@ -21,10 +21,28 @@ func TestWorkWaitsForRunningWork(t *testing.T) {
 		w.Wait()
 		close(waited)
 	}()
+	// Wait is blocked once it has made its idle channel; it must not have
+	// returned, then or before.
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		select {
+		case <-waited:
+			t.Fatal("Wait returned while work was running")
+		default:
+		}
+		w.mu.Lock()
+		blocked := w.idle != nil
+		w.mu.Unlock()
+		if blocked {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("Wait neither returned nor blocked within 10s")
+		}
+	}
 	select {
 	case <-waited:
 		t.Fatal("Wait returned while work was running")
-	case <-time.After(50 * time.Millisecond):
+	default:
 	}
 	close(release)
 	<-waited
