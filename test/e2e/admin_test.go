@@ -3,6 +3,7 @@ package e2e
 import (
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -57,7 +58,7 @@ func TestConsumersCommandSteersTheRunningRuntime(t *testing.T) {
 		t.Fatalf("prefetch: exit %d: %s", code, errOut)
 	}
 	testenv.Eventually(t, 10*time.Second, func() error {
-		if _, pf := brokerConsumers("hops.a"); len(pf) != 4 || strings.Count(strings.Join(pf, " "), "9") != 4 {
+		if _, pf := brokerConsumers("hops.a"); len(pf) != 4 || slices.ContainsFunc(pf, func(p string) bool { return p != "9" }) {
 			return testenv.Errorf("after prefetch 9 the broker shows prefetch counts %v on hops.a", pf)
 		}
 		return nil
