@@ -31,38 +31,14 @@ pipelines:
 // thousands of times a second, for ever).
 func TestResultToAMissingExchangeIsDeadLettered(t *testing.T) {
 	url := testenv.VHost(t)
-	var calls atomic.Int64
-	handler := func(_ context.Context, req runtime.Request) (runtime.Result, error) {
-		calls.Add(1)
-		return runtime.Result{Payload: req.Payload}, nil
-	}
-	startInProcess(t, url, publishFailFlow, runtime.Options{Handlers: map[string]runtime.HandlerFunc{"k.echo": handler}})
-	conn, err := amqp.Dial(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	calls := startEchoCounting(t, url, publishFailFlow)
+	ch := channelOn(t, url)()
 	slip := `{"steps":[{"exchange":"","routingKey":"p.a","name":"a"},{"exchange":"no-such-exchange","routingKey":"k","name":"b"}],"done":[]}`
 	if err := ch.PublishWithContext(t.Context(), "", "p.a", false, false, amqp.Publishing{MessageId: "m-1", ContentType: "application/json",
 		Headers: amqp.Table{runtime.HeaderSlip: slip}, Body: []byte(`{"id":1}`)}); err != nil {
 		t.Fatal(err)
 	}
-	var dl amqp.Delivery
-	testenv.Eventually(t, 30*time.Second, func() error {
-		d, ok, err := ch.Get("p.a.dlq", true)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			return testenv.Errorf("nothing in p.a.dlq yet (the handler ran %d times)", calls.Load())
-		}
-		dl = d
-		return nil
-	})
+	dl := deadLettered(t, ch, "p.a.dlq", calls)
 	if reason, _ := dl.Headers[runtime.HeaderError].(string); !strings.Contains(reason, "could not be routed") || !strings.Contains(reason, "no-such-exchange") {
 		t.Errorf("dead-lettered with reason %q, want one saying the result could not be routed to no-such-exchange", reason)
 	}
@@ -91,39 +67,15 @@ func TestResultRefusedByTheBrokerGoesRoundTheRetryLadder(t *testing.T) {
 	url := testenv.VHost(t)
 	testenv.Rabbitmqctl(t, "set_policy", "-p", testenv.VHostOf(url), "--apply-to", "queues", "full-b", `^p\.b$`,
 		`{"max-length":1,"overflow":"reject-publish"}`)
-	var calls atomic.Int64
-	handler := func(_ context.Context, req runtime.Request) (runtime.Result, error) {
-		calls.Add(1)
-		return runtime.Result{Payload: req.Payload}, nil
-	}
-	startInProcess(t, url, nackFlow, runtime.Options{Handlers: map[string]runtime.HandlerFunc{"k.echo": handler}})
-	conn, err := amqp.Dial(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	calls := startEchoCounting(t, url, nackFlow)
+	ch := channelOn(t, url)()
 	for _, id := range []string{"m-1", "m-2"} {
 		if err := ch.PublishWithContext(t.Context(), "", "p.a", false, false, amqp.Publishing{MessageId: id, ContentType: "application/json",
 			Body: []byte(`{"id":1}`)}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	var dl amqp.Delivery
-	testenv.Eventually(t, 30*time.Second, func() error {
-		d, ok, err := ch.Get("p.a.dlq", true)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			return testenv.Errorf("nothing in p.a.dlq yet (the handler ran %d times)", calls.Load())
-		}
-		dl = d
-		return nil
-	})
+	dl := deadLettered(t, ch, "p.a.dlq", calls)
 	if reason, _ := dl.Headers[runtime.HeaderError].(string); !strings.Contains(reason, "refused by the broker") {
 		t.Errorf("dead-lettered with reason %q, want one saying the broker refused the result", reason)
 	}
@@ -137,4 +89,34 @@ func TestResultRefusedByTheBrokerGoesRoundTheRetryLadder(t *testing.T) {
 	if n := calls.Load(); n != 3 {
 		t.Errorf("the handler ran %d times, want 3 (once for the message that reached b, twice for the refused one)", n)
 	}
+}
+
+// startEchoCounting runs flow with k.echo in process, counting its calls.
+func startEchoCounting(t *testing.T, url, flow string) *atomic.Int64 {
+	t.Helper()
+	var calls atomic.Int64
+	handler := func(_ context.Context, req runtime.Request) (runtime.Result, error) {
+		calls.Add(1)
+		return runtime.Result{Payload: req.Payload}, nil
+	}
+	startInProcess(t, url, flow, runtime.Options{Handlers: map[string]runtime.HandlerFunc{"k.echo": handler}})
+	return &calls
+}
+
+// deadLettered waits for the first message in queue and takes it.
+func deadLettered(t *testing.T, ch *amqp.Channel, queue string, calls *atomic.Int64) amqp.Delivery {
+	t.Helper()
+	var dl amqp.Delivery
+	testenv.Eventually(t, 30*time.Second, func() error {
+		d, ok, err := ch.Get(queue, true)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return testenv.Errorf("nothing in %s yet (the handler ran %d times)", queue, calls.Load())
+		}
+		dl = d
+		return nil
+	})
+	return dl
 }
