@@ -435,11 +435,7 @@ func (c *Conn) dialRetry(ctx context.Context, attempt int) (*amqp.Connection, er
 // refusal returns err as a sentence when it is the broker refusing the
 // connection's user or vhost, nil otherwise.
 func (c *Conn) refusal(err error) error {
-	var ae *amqp.Error
-	code := 0
-	if errors.As(err, &ae) {
-		code = ae.Code
-	}
+	code := ReplyCode(err)
 	switch {
 	case errors.Is(err, amqp.ErrVhost), code == amqp.NotAllowed:
 		return fmt.Errorf("connection %q: the broker at %s refused the virtual host (%v); check that it exists and that the user may use it (rabbitmqctl list_permissions -p VHOST)", c.opts.Name, c.redacted, err)

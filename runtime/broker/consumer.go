@@ -204,8 +204,7 @@ type Consumer struct {
 	h     Handler // while running
 	hctx  context.Context
 
-	inflight atomic.Int64
-	idle     chan struct{}
+	inflight inFlight
 
 	delivered, acked, nacked, rejected, stale, requeued, sessions atomic.Int64
 }
@@ -216,21 +215,11 @@ type lane struct {
 	slots    chan struct{} // bounds its handlers, across channels, to Concurrency
 	ctx      context.Context
 	cancel   context.CancelFunc
-	inflight atomic.Int64
-	idle     chan struct{}
+	inflight inFlight
 
 	// On the current channel; guarded by Consumer.mu.
 	tag  string
 	stop chan struct{} // closed when it stops handing out that channel's deliveries
-}
-
-func (l *lane) release() {
-	if l.inflight.Add(-1) == 0 {
-		select {
-		case l.idle <- struct{}{}:
-		default:
-		}
-	}
 }
 
 // stopHanding makes the lane hand back, rather than handle, the current
@@ -241,19 +230,41 @@ func (l *lane) stopHanding() {
 	}
 }
 
-// waitIdle waits until nothing the lane handed out is in flight, or the
-// deadline passes, and returns how many are.
-func (l *lane) waitIdle(deadline time.Time) int64 {
+// inFlight counts deliveries handed out and not yet settled, and wakes
+// a waiter when the count drops to zero.
+type inFlight struct {
+	n    atomic.Int64
+	idle chan struct{} // capacity 1
+}
+
+func newInFlight() inFlight { return inFlight{idle: make(chan struct{}, 1)} }
+
+func (f *inFlight) add() { f.n.Add(1) }
+
+func (f *inFlight) done() {
+	if f.n.Add(-1) == 0 {
+		select {
+		case f.idle <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// wait waits until nothing is in flight, the deadline passes, or closes
+// (which may be nil) delivers, and returns how many are in flight.
+func (f *inFlight) wait(deadline time.Time, closes <-chan *amqp.Error) int64 {
 	t := time.NewTimer(time.Until(deadline))
 	defer t.Stop()
 	for {
-		if n := l.inflight.Load(); n == 0 {
+		if f.n.Load() == 0 {
 			return 0
 		}
 		select {
-		case <-l.idle:
+		case <-f.idle:
 		case <-t.C:
-			return l.inflight.Load()
+			return f.n.Load()
+		case <-closes:
+			return f.n.Load()
 		}
 	}
 }
@@ -290,7 +301,7 @@ func NewConsumer(conn *Conn, opts ConsumerOptions) *Consumer {
 		opts:       opts,
 		log:        opts.Log.With("queue", opts.Queue),
 		prefetchCh: make(chan int, 1),
-		idle:       make(chan struct{}, 1),
+		inflight:   newInFlight(),
 		size:       opts.Subscriptions,
 	}
 	c.prefetch.Store(int32(opts.Prefetch))
@@ -369,7 +380,7 @@ func (c *Consumer) Scale(n int) (left int64, err error) {
 	c.mu.Unlock()
 	deadline := time.Now().Add(c.opts.DrainTimeout)
 	for _, l := range gone {
-		left += l.waitIdle(deadline)
+		left += l.inflight.wait(deadline, nil)
 		l.cancel()
 	}
 	return left, nil
@@ -392,7 +403,7 @@ func (c *Consumer) Stats() ConsumerStats {
 		Rejected:  c.rejected.Load(),
 		Stale:     c.stale.Load(),
 		Requeued:  c.requeued.Load(),
-		InFlight:  c.inflight.Load(),
+		InFlight:  c.inflight.n.Load(),
 		Sessions:  c.sessions.Load(),
 	}
 }
@@ -405,21 +416,14 @@ func (c *Consumer) lostAcks(n int64) {
 }
 
 func (c *Consumer) release(l *lane) {
-	if l != nil {
-		l.release()
-	}
-	if c.inflight.Add(-1) == 0 {
-		select {
-		case c.idle <- struct{}{}:
-		default:
-		}
-	}
+	l.inflight.done()
+	c.inflight.done()
 }
 
 // newLane allocates a subscription's lane; the caller holds c.mu.
 func (c *Consumer) newLane() *lane {
 	ctx, cancel := context.WithCancel(c.hctx)
-	return &lane{slots: make(chan struct{}, c.opts.Concurrency), ctx: ctx, cancel: cancel, idle: make(chan struct{}, 1)}
+	return &lane{slots: make(chan struct{}, c.opts.Concurrency), ctx: ctx, cancel: cancel, inflight: newInFlight()}
 }
 
 // Run consumes until ctx ends, calling h for each delivery from
@@ -485,7 +489,7 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 	if !drained {
 		// ctx ended between channels: nothing is on a live channel, but
 		// handlers may still be running.
-		left = c.waitDrained(time.Now().Add(c.opts.DrainTimeout), nil)
+		left = c.inflight.wait(time.Now().Add(c.opts.DrainTimeout), nil)
 	}
 	hcancel()
 	if left > 0 {
@@ -564,11 +568,15 @@ func (c *Consumer) session(ctx context.Context) (drained bool, left int64, start
 			l.stopHanding()
 		}
 	}
-	end := func(cause error) (bool, int64, bool, error) {
+	// lost ends the session on a channel that is gone or going.
+	lost := func() {
 		c.mu.Lock()
 		stopAll()
 		c.mu.Unlock()
 		lv.g.retire()
+	}
+	end := func(cause error) (bool, int64, bool, error) {
+		lost()
 		_ = c.conn.call(context.WithoutCancel(ctx), "close consumer channel", ch.Close)
 		return false, 0, started, cause
 	}
@@ -611,10 +619,7 @@ func (c *Consumer) session(ctx context.Context) (drained bool, left int64, start
 			if ok && e != nil {
 				cause = e
 			}
-			c.mu.Lock()
-			stopAll()
-			c.mu.Unlock()
-			lv.g.retire()
+			lost()
 			return false, 0, true, cause
 		case t := <-cancelled:
 			// basic.cancel from the broker: the queue was deleted.
@@ -624,18 +629,7 @@ func (c *Consumer) session(ctx context.Context) (drained bool, left int64, start
 			// qos, subscribe again on the same channel, then cancel the old
 			// subscription. Deliveries held stay valid (same channel).
 			c.mu.Lock()
-			err := c.conn.call(ctx, "basic.qos", func() error { return ch.Qos(n, 0, false) })
-			for _, l := range c.lanes {
-				if err != nil {
-					break
-				}
-				old := l.tag
-				var start func()
-				if start, err = c.subscribe(lv, l); err == nil {
-					start()
-					err = c.conn.call(ctx, "basic.cancel", func() error { return ch.Cancel(old, false) })
-				}
-			}
+			err := c.resubscribe(ctx, lv, n)
 			c.mu.Unlock()
 			if err != nil {
 				return end(err)
@@ -643,6 +637,26 @@ func (c *Consumer) session(ctx context.Context) (drained bool, left int64, start
 			c.log.Info("consumer prefetch changed", "prefetch", n)
 		}
 	}
+}
+
+// resubscribe sets prefetch n on lv and subscribes every lane again; the
+// caller holds c.mu.
+func (c *Consumer) resubscribe(ctx context.Context, lv *live, n int) error {
+	if err := c.conn.call(ctx, "basic.qos", func() error { return lv.ch.Qos(n, 0, false) }); err != nil {
+		return err
+	}
+	for _, l := range c.lanes {
+		old := l.tag
+		start, err := c.subscribe(lv, l)
+		if err != nil {
+			return err
+		}
+		start()
+		if err := c.conn.call(ctx, "basic.cancel", func() error { return lv.ch.Cancel(old, false) }); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (c *Consumer) drain(lv *live, stopAll func(), closes <-chan *amqp.Error) (bool, int64, bool, error) {
@@ -660,8 +674,10 @@ func (c *Consumer) drain(lv *live, stopAll func(), closes <-chan *amqp.Error) (b
 	for _, tag := range tags {
 		_ = c.conn.call(bg, "basic.cancel", func() error { return lv.ch.Cancel(tag, false) })
 	}
-	c.log.Info("consumer draining", "subscriptions", len(tags), "left", c.inflight.Load())
-	left := c.waitDrained(deadline, closes)
+	c.log.Info("consumer draining", "subscriptions", len(tags), "left", c.inflight.n.Load())
+	// A closed channel means the broker has requeued everything unsettled
+	// on it: nothing more to wait for.
+	left := c.inflight.wait(deadline, closes)
 	// Write the acks still waiting before the channel closes, or the
 	// broker would deliver those messages again.
 	lv.g.retire()
@@ -676,8 +692,8 @@ func (c *Consumer) drain(lv *live, stopAll func(), closes <-chan *amqp.Error) (b
 func (c *Consumer) handle(dels <-chan amqp.Delivery, g *consGen, l *lane, stop chan struct{}, h Handler) {
 	for ad := range dels {
 		c.delivered.Add(1)
-		c.inflight.Add(1)
-		l.inflight.Add(1)
+		c.inflight.add()
+		l.inflight.add()
 		d := &Delivery{Delivery: ad, c: c, l: l, g: g}
 		if isClosed(stop) {
 			c.handBack(d)
@@ -701,25 +717,4 @@ func (c *Consumer) handle(dels <-chan amqp.Delivery, g *consGen, l *lane, stop c
 
 func (c *Consumer) handBack(d *Delivery) {
 	_ = d.nack(true, countRequeued)
-}
-
-// waitDrained waits until no delivery is in flight, the deadline passes, or
-// the channel closes, and returns how many are in flight.
-func (c *Consumer) waitDrained(deadline time.Time, closes <-chan *amqp.Error) int64 {
-	t := time.NewTimer(time.Until(deadline))
-	defer t.Stop()
-	for {
-		n := c.inflight.Load()
-		if n == 0 {
-			return 0
-		}
-		select {
-		case <-c.idle:
-		case <-t.C:
-			return c.inflight.Load()
-		case <-closes:
-			// The broker has requeued everything unsettled on the channel.
-			return c.inflight.Load()
-		}
-	}
 }
