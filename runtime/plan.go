@@ -580,7 +580,6 @@ func (c *compiler) schedule(f *spec.Flow, s *spec.Schedule) {
 		Timezone: s.Timezone, Target: target, At: s.Pos})
 }
 
-// finish sorts everything by name so the plan is the same on every run.
 // brokerNames refuses names the broker would refuse when they are
 // declared: over AMQP's 255 bytes (a long pipeline and step name make a
 // longer retry queue name), or starting with "amq.", which RabbitMQ keeps
@@ -608,6 +607,7 @@ func (c *compiler) brokerNames() {
 	}
 }
 
+// finish sorts everything by name so the plan is the same on every run.
 func (c *compiler) finish() {
 	for _, e := range c.exchanges {
 		c.plan.Exchanges = append(c.plan.Exchanges, *e)

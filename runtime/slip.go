@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"time"
+	"unicode/utf8"
 )
 
 // Itinerary is a carried routing slip (FLOW-FORMAT §2): the stops still to
@@ -234,13 +235,25 @@ func writeExtra(b *bytes.Buffer, extra []field) {
 }
 
 func writeString(b *bytes.Buffer, s string) {
+	// Names, exchanges and keys are nearly always plain ASCII with nothing
+	// to escape: written as they are, without an encoder per string.
+	plain := true
+	for i := 0; i < len(s) && plain; i++ {
+		c := s[i]
+		plain = c >= 0x20 && c < utf8.RuneSelf && c != '"' && c != '\\'
+	}
+	if plain {
+		b.WriteByte('"')
+		b.WriteString(s)
+		b.WriteByte('"')
+		return
+	}
 	// Without HTML escaping (<, > and & as \u003c…, which other languages
 	// do not write); the encoder ends its value with a newline.
-	var enc bytes.Buffer
-	e := json.NewEncoder(&enc)
+	e := json.NewEncoder(b)
 	e.SetEscapeHTML(false)
 	_ = e.Encode(s)
-	b.Write(bytes.TrimSuffix(enc.Bytes(), []byte("\n")))
+	b.Truncate(b.Len() - 1)
 }
 
 // ItineraryFor builds the slip a message entering itinerary it starts
