@@ -387,18 +387,23 @@ func (c *compiler) ladder(owner, queue, typ string, r spec.Retry, idempotent boo
 		c.queue(Queue{Name: RetryQueue(queue, d), Type: typ, Mode: Declare, Purpose: "retry", Owner: owner,
 			Arguments: rungArguments(queue, typ, d), At: at, Apply: spec.ApplyCreateOnly})
 	}
-	// .dlq and .parked are classic queues: a classic queue has no delivery
-	// limit on any broker version, so inspecting them never drops anything.
-	for _, q := range []Queue{
-		{Name: DeadLetterQueue(queue), Purpose: "dlq"},
-		{Name: ParkedQueue(queue), Purpose: "parked"},
-	} {
-		q.Type, q.Mode, q.Owner, q.At, q.Apply = "classic", Declare, owner, at, spec.ApplyCreateOnly
-		q.Arguments = map[string]any{"x-queue-type": "classic"}
-		c.queue(q)
-	}
-	c.bindings = append(c.bindings, Binding{Exchange: DeadLetterExchange, Queue: DeadLetterQueue(queue), RoutingKey: DeadLetterQueue(queue), Owner: owner, At: at})
+	c.queue(holdingQueue(DeadLetterQueue(queue), "dlq", owner, at))
+	c.queue(holdingQueue(ParkedQueue(queue), "parked", owner, at))
+	c.bindings = append(c.bindings, dlqBinding(DeadLetterQueue(queue), owner, at))
 	return rp
+}
+
+// holdingQueue is a .dlq or .parked queue. They are classic queues: a
+// classic queue has no delivery limit on any broker version, so inspecting
+// them never drops anything.
+func holdingQueue(name, purpose, owner string, at spec.Pos) Queue {
+	return Queue{Name: name, Type: "classic", Mode: Declare, Purpose: purpose, Owner: owner, At: at,
+		Apply: spec.ApplyCreateOnly, Arguments: map[string]any{"x-queue-type": "classic"}}
+}
+
+// dlqBinding binds .dlq queue dlq to acemq.dlx under its own name.
+func dlqBinding(dlq, owner string, at spec.Pos) Binding {
+	return Binding{Exchange: DeadLetterExchange, Queue: dlq, RoutingKey: dlq, Owner: owner, At: at}
 }
 
 // deadLetterQueues gives every queue the runtime declares that dead-letters
@@ -420,12 +425,12 @@ func (c *compiler) deadLetterQueues() {
 		if prev, ok := c.queues[dlq]; !ok || prev.Purpose != "dlq" && prev.Purpose != "declared" {
 			// A missing .dlq is made; one another part of the flows
 			// needs under this name is a collision, reported by queue.
-			c.queue(Queue{Name: dlq, Type: "classic", Mode: Declare, Purpose: "dlq", Owner: q.Owner,
-				what: fmt.Sprintf("the .dlq of queue %q", q.Name), Arguments: map[string]any{"x-queue-type": "classic"},
-				At: q.At, Apply: spec.ApplyCreateOnly, topology: q.topology})
+			hq := holdingQueue(dlq, "dlq", q.Owner, q.At)
+			hq.what, hq.topology = fmt.Sprintf("the .dlq of queue %q", q.Name), q.topology
+			c.queue(hq)
 		}
 		// finish drops the duplicate when ladder bound it already.
-		c.bindings = append(c.bindings, Binding{Exchange: DeadLetterExchange, Queue: dlq, RoutingKey: dlq, Owner: q.Owner, At: q.At})
+		c.bindings = append(c.bindings, dlqBinding(dlq, q.Owner, q.At))
 	}
 }
 
