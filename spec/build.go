@@ -38,8 +38,15 @@ func (b *builder) flow(n *node) *Flow {
 			v := ts.vals[i]
 			t := &Type{Pos: k.pos, Name: k.value.(string)}
 			t.Ref, _ = b.str(v, "$ref")
-			raw, _ := json.Marshal(v.toJSON())
+			doc := v.toJSON()
+			raw, err := json.Marshal(doc)
 			t.Schema = raw
+			if err == nil {
+				// Kept for the $ref check, which then need not decode
+				// Schema again. A document JSON cannot hold (NaN) stays
+				// nil, as Schema then does not parse: nothing to check.
+				t.doc = doc
+			}
 			f.Types = append(f.Types, t)
 			f.types[t.Name] = t
 		}
@@ -194,12 +201,13 @@ func (b *builder) retry(n *node, base Retry, at Pos) Retry {
 	if v, ok := b.int(n, "max_attempts"); ok {
 		r.MaxAttempts = v
 	}
-	delayAt := map[string]Pos{"initial_delay": n.pos, "max_delay": n.pos}
+	// A delay taken from base is reported at this retry mapping.
+	initialAt, maxAt := n.pos, n.pos
 	if v, at, ok := b.duration(n, "initial_delay"); ok {
-		r.InitialDelay, delayAt["initial_delay"] = v, at
+		r.InitialDelay, initialAt = v, at
 	}
 	if v, at, ok := b.duration(n, "max_delay"); ok {
-		r.MaxDelay, delayAt["max_delay"] = v, at
+		r.MaxDelay, maxAt = v, at
 	}
 	if v, ok := b.float(n, "jitter"); ok {
 		r.Jitter = v
@@ -215,9 +223,10 @@ func (b *builder) retry(n *node, base Retry, at Pos) Retry {
 	for _, d := range []struct {
 		key string
 		v   time.Duration
-	}{{"initial_delay", r.InitialDelay}, {"max_delay", r.MaxDelay}} {
+		at  Pos
+	}{{"initial_delay", r.InitialDelay, initialAt}, {"max_delay", r.MaxDelay, maxAt}} {
 		if d.v >= time.Millisecond && d.v%time.Millisecond != 0 {
-			b.d.errorf(delayAt[d.key], "retry-delays", fmt.Sprintf("write it in whole milliseconds, such as %s", d.v.Round(time.Millisecond)),
+			b.d.errorf(d.at, "retry-delays", fmt.Sprintf("write it in whole milliseconds, such as %s", d.v.Round(time.Millisecond)),
 				"retry %s %s is not a whole number of milliseconds", d.key, d.v)
 		}
 	}

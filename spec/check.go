@@ -131,7 +131,8 @@ func (c *fileChecker) names() {
 
 func (c *fileChecker) compileTypes(tc *typeCompiler) {
 	for _, t := range c.f.Types {
-		s, err := tc.compile(t.Name, t.Schema)
+		s, err := tc.compile(t.Name, t.Schema, t.doc)
+		t.doc = nil
 		if err != nil {
 			c.d.errorf(t.Pos, "invalid-type", typeHint(err), "type %q is not a valid JSON Schema: %s", t.Name, schemaCompileMessage(err))
 			continue

@@ -22,6 +22,11 @@ type Options struct {
 	// Display maps a path in the file system to the name diagnostics and
 	// Flow.File show; nil shows the path as it is.
 	Display func(fsPath string) string
+
+	// given is the paths as the caller typed them (LoadPaths), which name
+	// them all when none holds a flow; nil names the paths in the file
+	// system.
+	given []string
 }
 
 // Load reads flow files from fsys: each path is a file or a folder, and in a
@@ -55,14 +60,18 @@ func LoadWith(fsys fs.FS, opts Options, paths ...string) (*Set, error) {
 			flows = append(flows, f)
 		}
 	}
+	named := paths
+	if opts.given != nil {
+		named = opts.given
+	}
 	switch {
 	case len(files) == 0 && len(d.list) == 0:
-		d.errorf(Pos{File: strings.Join(paths, " ")}, "no-flows", "name a flow file or a folder holding *.yaml files",
+		d.errorf(Pos{File: strings.Join(named, " ")}, "no-flows", "name a flow file or a folder holding *.yaml files",
 			"no flow files found")
 	case len(flows) == 0 && !d.hasErrors():
 		// YAML files, none of them a flow (other tools' files): a path
 		// given by mistake must not pass validate in CI.
-		d.errorf(Pos{File: strings.Join(paths, " ")}, "no-flows", "name a flow file or a folder holding files with version: acemq.flow/v1",
+		d.errorf(Pos{File: strings.Join(named, " ")}, "no-flows", "name a flow file or a folder holding files with version: acemq.flow/v1",
 			"no flow files found: every YAML file here has another version (each is listed as skipped)")
 	}
 	// Cross-file rules only make sense between files that are valid alone.

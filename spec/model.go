@@ -117,6 +117,7 @@ type Type struct {
 	Ref    string          `yaml:"$ref"` // the $ref as written, if any
 	Schema json.RawMessage `yaml:"-"`    // the schema document, $ref resolved
 	schema validator
+	doc    any // Schema as decoded values, for checkRefs; nil once compiled
 }
 
 // HandlerRef names a handler as `<plugin>.<handler>`.

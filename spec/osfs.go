@@ -38,6 +38,9 @@ func LoadPaths(opts Options, paths ...string) (*Set, error) {
 	if opts.Root == "" {
 		opts.Root = root
 	}
+	// The paths are named relative to their common folder, which for one
+	// folder is "."; a diagnostic about them all shows what was typed.
+	opts.given = paths
 	if opts.Display == nil {
 		opts.Display = func(p string) string {
 			full := filepath.Join(root, filepath.FromSlash(p))

@@ -140,12 +140,9 @@ func (e refOutside) Error() string {
 // or through "..": resolved as URLs, they stop at the root of the file
 // system the flows were loaded from, which is the flow file's own folder
 // when it was named alone, so "../b.json" silently read "b.json" beside
-// the flow instead of refusing it.
-func checkRefs(doc []byte) error {
-	var v any
-	if json.Unmarshal(doc, &v) != nil {
-		return nil // the compiler reports what does not parse
-	}
+// the flow instead of refusing it. doc is the document as the values
+// encoding/json decodes into an `any`.
+func checkRefs(doc any) error {
 	var walk func(any) error
 	walk = func(v any) error {
 		switch v := v.(type) {
@@ -170,7 +167,16 @@ func checkRefs(doc []byte) error {
 		}
 		return nil
 	}
-	return walk(v)
+	return walk(doc)
+}
+
+// checkRefsJSON is checkRefs for a document read as bytes.
+func checkRefsJSON(data []byte) error {
+	var v any
+	if json.Unmarshal(data, &v) != nil {
+		return nil // the compiler reports what does not parse
+	}
+	return checkRefs(v)
 }
 
 func (tc *typeCompiler) load(u string) (io.ReadCloser, error) {
@@ -189,7 +195,7 @@ func (tc *typeCompiler) load(u string) (io.ReadCloser, error) {
 	if len(data) > MaxFileSize {
 		return nil, fmt.Errorf("$ref file %s is over the %d byte limit", p, MaxFileSize)
 	}
-	if err := checkRefs(data); err != nil {
+	if err := checkRefsJSON(data); err != nil {
 		return nil, err
 	}
 	return io.NopCloser(bytes.NewReader(data)), nil
@@ -204,12 +210,12 @@ func unwrapPathError(err error) error {
 }
 
 // compile compiles the schema document raw (the value under types.<name>,
-// as JSON).
-func (tc *typeCompiler) compile(name string, raw []byte) (*jsonschema.Schema, error) {
+// as JSON); doc is the same document as the builder decoded it.
+func (tc *typeCompiler) compile(name string, raw []byte, doc any) (*jsonschema.Schema, error) {
 	// The inline document lives beside the flow file, so relative $refs in
 	// it resolve against the flow file's folder.
 	u := fileURL(path.Join(tc.dir, tc.base+".types."+name+".json"))
-	if err := checkRefs(raw); err != nil {
+	if err := checkRefs(doc); err != nil {
 		return nil, err
 	}
 	if err := tc.c.AddResource(u, bytes.NewReader(raw)); err != nil {

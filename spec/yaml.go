@@ -179,8 +179,8 @@ func parseYAML(file string, data []byte, env func(string) (string, bool), d *dia
 			"the file is %d bytes, over the %d byte limit of a flow file", len(data), MaxFileSize)
 		return nil
 	}
-	if !utf8.Valid(data) || bytes.IndexByte(data, 0) >= 0 {
-		d.errorf(firstNonText(file, data), "not-yaml", "a flow file is YAML text in UTF-8; save it as UTF-8",
+	if at, found := firstNonText(file, data); found {
+		d.errorf(at, "not-yaml", "a flow file is YAML text in UTF-8; save it as UTF-8",
 			"the file is not UTF-8 text")
 		return nil
 	}
@@ -245,13 +245,16 @@ type tokenError interface {
 }
 
 // firstNonText is the position of the first byte of data that is not UTF-8
-// text (an invalid sequence, or a NUL).
-func firstNonText(file string, data []byte) Pos {
+// text (an invalid sequence, or a NUL), and whether there is one.
+func firstNonText(file string, data []byte) (Pos, bool) {
+	if utf8.Valid(data) && bytes.IndexByte(data, 0) < 0 {
+		return Pos{}, false // the common case, without walking rune by rune
+	}
 	p := Pos{File: file, Line: 1, Col: 1}
 	for len(data) > 0 {
 		r, size := utf8.DecodeRune(data)
 		if (r == utf8.RuneError && size == 1) || r == 0 {
-			return p
+			return p, true
 		}
 		if r == '\n' {
 			p.Line, p.Col = p.Line+1, 1
@@ -260,7 +263,7 @@ func firstNonText(file string, data []byte) Pos {
 		}
 		data = data[size:]
 	}
-	return p
+	return p, true
 }
 
 func syntaxDiagnostic(file string, err error) (diag Diagnostic) {

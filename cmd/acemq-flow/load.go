@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/acemq/acemq-flow/runtime"
 	"github.com/acemq/acemq-flow/spec"
@@ -23,14 +22,6 @@ func loadAndCompile(io streams, paths []string) (*spec.Set, *runtime.Plan, spec.
 		ds, ok := err.(spec.Diagnostics)
 		if !ok {
 			ds = spec.Diagnostics{{Severity: spec.Error, Code: "load", Msg: err.Error()}}
-		}
-		for i := range ds {
-			// The loader names the paths relative to their common folder,
-			// which for one folder is "."; the user wants to see what they
-			// typed.
-			if ds[i].Code == "no-flows" {
-				ds[i].Pos.File = strings.Join(paths, " ")
-			}
 		}
 		return set, nil, mergeDiags(diags, ds)
 	}
