@@ -280,7 +280,7 @@ func TestAdminBeyondLoopbackNeedsAToken(t *testing.T) {
 // to more consumers than one consuming connection has channels for are
 // refused before anything starts, naming the largest.
 func TestFlowsAskingForTooManyConsumersAreRefused(t *testing.T) {
-	set, err := spec.Load(testFS(`version: acemq.flow/v1
+	plan := compileText(t, `version: acemq.flow/v1
 name: big
 plugins:
   k: {command: ./not-started}
@@ -289,15 +289,8 @@ pipelines:
     steps:
       - {name: a, handler: k.echo, concurrency: 1500}
       - {name: b, handler: k.echo, concurrency: 600}
-`), "f.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	plan, err := runtime.Compile(set.Flows)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = runtime.New(plan, runtime.Options{AMQPURL: "amqp://guest:guest@127.0.0.1:5672/"})
+`)
+	_, err := runtime.New(plan, runtime.Options{AMQPURL: "amqp://guest:guest@127.0.0.1:5672/"})
 	if !errors.Is(err, runtime.ErrTooManyConsumers) || !strings.Contains(err.Error(), `"p.a" with 1500`) || !strings.Contains(err.Error(), "f.yaml:") {
 		t.Fatalf("New = %v, want ErrTooManyConsumers naming f.yaml and consumer p.a with 1500", err)
 	}

@@ -104,7 +104,7 @@ type RelayStats struct {
 // rows, and once its last record has an outcome, one commit writes them
 // all: one write per published row instead of two. At most
 // relayHeldBatches batches are held at once, each on a connection of the
-// store's pool.
+// pool the PostgreSQL store keeps for held batches.
 //
 // Publishing is at least once: a relay that dies between the confirm and the
 // mark leaves records that the next relay publishes again, with the same
@@ -145,11 +145,12 @@ const relayMarkers = 2
 
 // relayHeldBatches is how many batches a relay with a locker holds open at
 // once. Each holds a database connection until its records are settled,
-// from a pool the PostgreSQL store keeps for held batches. A batch spends
-// about as long in its claim and its commit as in being published, so it
-// takes about twice the publisher's window of rows to keep that window
-// full: with three batches of 100 the relay published 10% fewer rows a
-// second than with six.
+// from the pool the PostgreSQL store keeps for held batches, whose size
+// (heldConns = 7 in stores/postgres) is sized for relayHeldBatches = 6, so
+// change the two together. A batch spends about as long in its claim and
+// its commit as in being published, so it takes about twice the
+// publisher's window of rows to keep that window full: with three batches
+// of 100 the relay published 10% fewer rows a second than with six.
 const relayHeldBatches = 6
 
 // relayExchangeTTL is how long an exchange found to exist is trusted.

@@ -17,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/acemq/acemq-flow/runtime/broker"
@@ -300,22 +299,6 @@ func addSQLite(t *testing.T, s *sqlite.Store, recs ...stores.OutboxRecord) {
 	}
 }
 
-// addPostgres writes recs in one transaction.
-func addPostgres(t testing.TB, s *postgres.Store, recs ...stores.OutboxRecord) {
-	t.Helper()
-	err := pgx.BeginFunc(context.Background(), s.Pool(), func(tx pgx.Tx) error {
-		for _, r := range recs {
-			if _, err := s.Outbox().Add(context.Background(), tx, r); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
 func records(n int, queue string) []stores.OutboxRecord {
 	out := make([]stores.OutboxRecord, n)
 	for i := range out {
@@ -464,7 +447,7 @@ func TestRelayUnroutableRecordBecomesStuck(t *testing.T) {
 		e := newRelayEnv(t)
 		x := e.exchange("orders")
 		st := storetest.OpenPostgres(t, opts)
-		addPostgres(t, st, rec(x))
+		storetest.AddPostgres(t, st, rec(x))
 		lw := watchLocked(st)
 		unroutableBecomesStuck(t, e, st, lw, lw.watchedStore, limit)
 	})
@@ -556,12 +539,12 @@ func TestRelayUnreadablePropertiesFailOnlyTheirRecord(t *testing.T) {
 		q := e.queue("out")
 		st := storetest.OpenPostgres(t, opts)
 		recs := records(20, q)
-		addPostgres(t, st, recs[:10]...)
+		storetest.AddPostgres(t, st, recs[:10]...)
 		if _, err := st.Pool().Exec(t.Context(), `INSERT INTO acemq_outbox (routing_key, body, properties) VALUES ($1, $2, $3::jsonb)`,
 			q, []byte(`{}`), badProps); err != nil {
 			t.Fatal(err)
 		}
-		addPostgres(t, st, recs[10:]...)
+		storetest.AddPostgres(t, st, recs[10:]...)
 		lw := watchLocked(st)
 		unreadableFailsAlone(t, e, q, st, lw, lw.watchedStore, limit)
 	})
@@ -639,7 +622,7 @@ func twoRelays(t *testing.T, locked bool) {
 	}
 	sb := storetest.OpenPostgresURL(t, u, stores.Options{})
 	const n = 1000
-	addPostgres(t, sa, records(n, q)...)
+	storetest.AddPostgres(t, sa, records(n, q)...)
 
 	marked := make(chan []int64, 1000)
 	var relays []*Relay
@@ -708,7 +691,7 @@ func TestRelayKilledMidBatchIsTakenOverAfterLease(t *testing.T) {
 	clock := newFakeClock()
 	st := storetest.OpenPostgres(t, stores.Options{Now: clock.Now})
 	const n, lease = 200, 15 * time.Second
-	addPostgres(t, st, records(n, q)...)
+	storetest.AddPostgres(t, st, records(n, q)...)
 
 	killed := watch(st)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -790,7 +773,7 @@ func TestRelayLockedBatchHeldPastItsLeaseIsTakenOver(t *testing.T) {
 	dels := e.consume(q)
 	st := storetest.OpenPostgres(t, stores.Options{})
 	const n, lease = 30, 2 * time.Second
-	addPostgres(t, st, records(n, q)...)
+	storetest.AddPostgres(t, st, records(n, q)...)
 
 	hung := &claimOnce{lockWatchedStore: watchLocked(st)}
 	hanging, release := make(chan []int64, 1), make(chan struct{})
@@ -1012,7 +995,7 @@ func benchStore(b *testing.B) (string, relayStore, func([]stores.OutboxRecord)) 
 	switch kind := envOrDefault("ACEMQ_BENCH_STORE", "postgres"); kind {
 	case "postgres":
 		s := storetest.OpenPostgres(b, stores.Options{})
-		return kind, s, func(recs []stores.OutboxRecord) { addPostgres(b, s, recs...) }
+		return kind, s, func(recs []stores.OutboxRecord) { storetest.AddPostgres(b, s, recs...) }
 	case "sqlite":
 		s := storetest.OpenSQLite(b, stores.Options{})
 		return kind, s, func(recs []stores.OutboxRecord) {

@@ -4,6 +4,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/acemq/acemq-flow/stores"
 	"github.com/acemq/acemq-flow/stores/postgres"
 	"github.com/acemq/acemq-flow/stores/sqlite"
@@ -16,11 +18,21 @@ import (
 // dropped.
 func OpenPostgres(t testing.TB, opts stores.Options) *postgres.Store {
 	t.Helper()
-	s := OpenPostgresURL(t, testenv.PostgresSchema(t), opts)
+	s, _ := OpenPostgresSchema(t, opts)
+	return s
+}
+
+// OpenPostgresSchema is OpenPostgres that also returns the store's URL, for
+// a test that hands the same schema to something else (a binary, a second
+// store).
+func OpenPostgresSchema(t testing.TB, opts stores.Options) (*postgres.Store, string) {
+	t.Helper()
+	connURL := testenv.PostgresSchema(t)
+	s := OpenPostgresURL(t, connURL, opts)
 	if err := s.Migrate(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	return s
+	return s, connURL
 }
 
 // OpenPostgresURL opens a PostgreSQL store on connURL (typically from
@@ -33,6 +45,23 @@ func OpenPostgresURL(t testing.TB, connURL string, opts stores.Options) *postgre
 	}
 	t.Cleanup(func() { s.Close() })
 	return s
+}
+
+// AddPostgres writes recs to s's outbox in one committed transaction.
+func AddPostgres(t testing.TB, s *postgres.Store, recs ...stores.OutboxRecord) {
+	t.Helper()
+	ctx := t.Context()
+	err := pgx.BeginFunc(ctx, s.Pool(), func(tx pgx.Tx) error {
+		for _, r := range recs {
+			if _, err := s.Outbox().Add(ctx, tx, r); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 // OpenSQLite opens a migrated SQLite store on a new file under t.TempDir()

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/acemq/acemq-flow/stores"
@@ -189,22 +188,7 @@ func TestRunWithRelayOnPostgres(t *testing.T) {
 // (for the binary) and the store (for the test's checks).
 func postgresOutbox(t *testing.T, recs ...stores.OutboxRecord) (string, *postgres.Store) {
 	t.Helper()
-	storeURL := testenv.PostgresSchema(t)
-	st := storetest.OpenPostgresURL(t, storeURL, stores.Options{})
-	ctx := context.Background()
-	if err := st.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	err := pgx.BeginFunc(ctx, st.Pool(), func(tx pgx.Tx) error {
-		for _, r := range recs {
-			if _, err := st.Outbox().Add(ctx, tx, r); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, storeURL := storetest.OpenPostgresSchema(t, stores.Options{})
+	storetest.AddPostgres(t, st, recs...)
 	return storeURL, st
 }
