@@ -248,7 +248,7 @@ func (p *Plugin) limit(ctx context.Context) (l limit, stop func() bool) {
 		left = min(left, time.Until(d))
 	}
 	t := time.NewTimer(p.cfg.Timeout)
-	return limit{ctx: ctx, expire: t.C, err: p.timeoutErr, left: left, grace: p.grace}, t.Stop
+	return limit{ctx: ctx, expire: t.C, deadline: time.Now().Add(p.cfg.Timeout), err: p.timeoutErr, left: left, grace: p.grace}, t.Stop
 }
 
 // Restarts returns how many times the plugin was restarted after a crash.

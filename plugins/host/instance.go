@@ -171,8 +171,12 @@ func (i *instance) stop(reason error) error {
 type limit struct {
 	ctx    context.Context
 	expire <-chan time.Time // the plugin's per-call timeout
-	err    error            // what expire means
-	left   time.Duration    // the time the call had when it began
+	// deadline is when expire fires. A timer's channel becomes ready only
+	// once the runtime runs the timer, which a busy machine delays: a check
+	// of the time is exact.
+	deadline time.Time
+	err      error         // what expire means
+	left     time.Duration // the time the call had when it began
 	// grace is how long after a call's limit the host still waits for
 	// any answer from the plugin before taking it for hung: a handler
 	// that returns at its own deadline gets its answer in meanwhile.
@@ -213,6 +217,21 @@ func (i *instance) call(l limit, req Request) (*proto.HandleResponse, error) {
 	var cause error
 	select {
 	case resp := <-ch:
+		// A failure answered once the limit or the caller's deadline has
+		// passed is the handler stopped by that deadline (the plugin
+		// applies the same one): it is the timeout, whichever of the two
+		// the host happened to see first.
+		if resp.GetFailure() != nil {
+			if !time.Now().Before(l.deadline) {
+				return nil, l.err
+			}
+			if l.ctx.Err() != nil {
+				return nil, context.Cause(l.ctx)
+			}
+			if d, ok := l.ctx.Deadline(); ok && !time.Now().Before(d) {
+				return nil, context.DeadlineExceeded
+			}
+		}
 		return resp, nil
 	case <-l.ctx.Done():
 		cause = context.Cause(l.ctx)
