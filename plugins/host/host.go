@@ -19,6 +19,7 @@ import (
 
 	"github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/experimental"
 
 	"github.com/acemq/acemq-flow/plugins/proto"
 )
@@ -399,10 +400,13 @@ func restartDelay(quickFailures int) time.Duration {
 
 // dialOptions tune the connection to a plugin for many small messages in
 // flight: fixed, large flow-control windows, so that the stream never
-// stalls for window updates and gRPC sends no bandwidth-probing pings.
+// stalls for window updates and gRPC sends no bandwidth-probing pings; and
+// buffers that are not cleared on reuse (proto.Buffers).
 var dialOptions = []grpc.DialOption{
 	grpc.WithInitialWindowSize(flowWindow),
 	grpc.WithInitialConnWindowSize(flowWindow),
+	grpc.WithDefaultCallOptions(grpc.ForceCodecV2(proto.Codec)),
+	experimental.WithBufferPool(proto.Buffers),
 }
 
 const flowWindow = 16 << 20

@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/experimental"
 
 	"github.com/acemq/acemq-flow/plugins/proto"
 )
@@ -53,7 +54,9 @@ func Serve(handlers map[string]Handler, opts ...Option) {
 			opts = append(opts, grpc.MaxRecvMsgSize(math.MaxInt32), grpc.MaxSendMsgSize(math.MaxInt32),
 				// Fixed, large windows: the call stream never waits for
 				// window updates, and gRPC sends no bandwidth probes.
-				grpc.InitialWindowSize(16<<20), grpc.InitialConnWindowSize(16<<20))
+				grpc.InitialWindowSize(16<<20), grpc.InitialConnWindowSize(16<<20),
+				// Buffers that are not cleared on reuse (proto.Buffers).
+				grpc.ForceServerCodecV2(proto.Codec), experimental.BufferPool(proto.Buffers))
 			return grpc.NewServer(opts...)
 		},
 		Logger: hclog.New(&hclog.LoggerOptions{
