@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"sync"
 	"time"
@@ -35,7 +36,10 @@ func (s *Store) ClaimLocked(ctx context.Context, owner string, n int, lease time
 	after, top := s.heldIDs.after(time.Now())
 	q := &pgx.Batch{}
 	q.Queue("BEGIN")
-	q.Queue("SELECT set_config('idle_in_transaction_session_timeout', $1, true)", strconv.FormatInt(max(lease.Milliseconds(), 1), 10))
+	// The setting is a 32-bit count of milliseconds (24.8 days): a longer
+	// lease is bounded there, or every claim would fail.
+	idle := min(max(lease.Milliseconds(), 1), math.MaxInt32)
+	q.Queue("SELECT set_config('idle_in_transaction_session_timeout', $1, true)", strconv.FormatInt(idle, 10))
 	q.Queue(idOrder)
 	q.Queue(claimLockedSQL, s.opts.Now(), n, after).Query(func(rows pgx.Rows) error {
 		recs, err := pgx.CollectRows(rows, scanRecord)
@@ -53,7 +57,7 @@ func (s *Store) ClaimLocked(ctx context.Context, owner string, n int, lease time
 	if len(b.recs) > 0 {
 		last = b.recs[len(b.recs)-1].ID
 	}
-	s.heldIDs.record(b, last, after == 0 && top > 0 && len(b.recs) == n && last < top)
+	s.heldIDs.record(b, last, after == 0, after == 0 && top > 0 && len(b.recs) == n && last < top)
 	if len(b.recs) == 0 {
 		b.Abort()
 	}
@@ -103,13 +107,17 @@ func (h *heldIDs) after(now time.Time) (after, top int64) {
 }
 
 // record notes a claim's outcome: b, when it holds rows, as open with last
-// its highest id; and whether a claim from the head filled its batch with
-// rows behind the held batches (fullBehind), which a claim that ended
-// otherwise clears.
-func (h *heldIDs) record(b *lockedBatch, last int64, fullBehind bool) {
+// its highest id; and, for a claim that read from the head, whether it
+// filled its batch with rows behind the held batches (fullBehind). Only a
+// read from the head tells: a claim that started after the held batches
+// and ended after a concurrent one from the head must not clear what that
+// one found.
+func (h *heldIDs) record(b *lockedBatch, last int64, head, fullBehind bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.behind = fullBehind
+	if head {
+		h.behind = fullBehind
+	}
 	if len(b.recs) == 0 {
 		return
 	}

@@ -283,3 +283,17 @@ func TestClaimLockedKeepsReadingFromTheHeadWhileRowsWaitBehind(t *testing.T) {
 	claim(ids[3], "the claim after that, which finds nothing more behind")
 	claim(ids[4], "a claim once nothing is left behind")
 }
+
+// PostgreSQL's idle-in-transaction timeout is a 32-bit count of
+// milliseconds: a lease past 24.8 days is bounded there instead of failing
+// every claim.
+func TestClaimLockedTakesALeaseOfMonths(t *testing.T) {
+	s, _, ids := lockedEnv(t, stores.Options{}, 1)
+	b := claimLocked(t, s, "a", 10, 90*24*time.Hour)
+	if got := recordIDs(b.Records()); !slices.Equal(got, ids) {
+		t.Fatalf("claim with a 90-day lease took %v, want %v", got, ids)
+	}
+	if _, err := b.Finish(t.Context(), ids, nil); err != nil {
+		t.Fatal(err)
+	}
+}
