@@ -115,7 +115,7 @@ func (g *group) add() {
 	ctx, cancel := context.WithCancel(g.r.runCtx)
 	m := &member{cancel: cancel, done: make(chan struct{}),
 		bc: broker.NewConsumer(g.r.consume, broker.ConsumerOptions{Queue: g.c.Queue, Tag: g.c.ID, Prefetch: g.prefetch,
-			Subscriptions: g.size, Concurrency: 1, DrainTimeout: g.r.opts.DrainTimeout, Log: g.r.log.With("flow", g.c.Flow)})}
+			Subscriptions: g.size, Concurrency: 1, DrainTimeout: g.r.opts.DrainTimeout, Log: g.r.log.With("flow", g.c.Flow, "consumer", g.c.ID)})}
 	g.member = m
 	g.r.wg.Go(func() {
 		defer close(m.done)

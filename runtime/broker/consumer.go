@@ -191,7 +191,7 @@ type Consumer struct {
 	log  *slog.Logger
 
 	prefetch   atomic.Int32
-	prefetchCh chan int
+	prefetchCh chan struct{} // signalled when prefetch changes
 	seq        atomic.Int64
 	running    atomic.Bool
 
@@ -300,7 +300,7 @@ func NewConsumer(conn *Conn, opts ConsumerOptions) *Consumer {
 		conn:       conn,
 		opts:       opts,
 		log:        opts.Log.With("queue", opts.Queue),
-		prefetchCh: make(chan int, 1),
+		prefetchCh: make(chan struct{}, 1),
 		inflight:   newInFlight(),
 		size:       opts.Subscriptions,
 	}
@@ -317,17 +317,13 @@ func (c *Consumer) SetPrefetch(n int) error {
 		return fmt.Errorf("queue %q: prefetch %d out of range 1..%d", c.opts.Queue, n, MaxPrefetch)
 	}
 	c.prefetch.Store(int32(n))
-	for {
-		select {
-		case c.prefetchCh <- n:
-			return nil
-		default:
-		}
-		select {
-		case <-c.prefetchCh:
-		default:
-		}
+	// The session applies the value it reads when signalled, so the last
+	// of concurrent changes wins.
+	select {
+	case c.prefetchCh <- struct{}{}:
+	default:
 	}
+	return nil
 }
 
 // Scale sets the number of subscriptions. A running consumer subscribes
@@ -340,7 +336,8 @@ func (c *Consumer) SetPrefetch(n int) error {
 // had prefetched behind it is handed back then). It returns how many
 // deliveries the removed subscriptions still had in flight at the
 // deadline. A stopped consumer uses n when it runs; a subscription the
-// broker refuses fails Scale, which keeps the ones it made.
+// broker refuses (or that times out) fails Scale, which keeps the ones it
+// made and resumes them on a new channel.
 func (c *Consumer) Scale(n int) (left int64, err error) {
 	if n < 1 {
 		return 0, fmt.Errorf("queue %q: a consumer needs at least one subscription, not %d", c.opts.Queue, n)
@@ -353,15 +350,21 @@ func (c *Consumer) Scale(n int) (left int64, err error) {
 	}
 	for len(c.lanes) < n {
 		l := c.newLane()
-		if c.live != nil {
-			start, err := c.subscribe(c.live, l)
-			if err != nil {
+		if lv := c.live; lv != nil && !lv.ch.IsClosed() {
+			start, err := c.subscribe(lv, l)
+			switch {
+			case err == nil:
+				start()
+			case lv.ch.IsClosed():
+				// The channel went meanwhile: the next one subscribes the
+				// lane with the others.
+			default:
 				l.cancel()
 				c.size = len(c.lanes)
+				c.abandon(lv, err)
 				c.mu.Unlock()
 				return 0, fmt.Errorf("queue %q: subscription %d of %d: %w", c.opts.Queue, len(c.lanes)+1, n, err)
 			}
-			start()
 		}
 		c.lanes = append(c.lanes, l)
 	}
@@ -371,11 +374,16 @@ func (c *Consumer) Scale(n int) (left int64, err error) {
 		l := c.lanes[len(c.lanes)-1]
 		c.lanes = c.lanes[:len(c.lanes)-1]
 		gone = append(gone, l)
-		l.stopHanding()
-		if c.live != nil && l.tag != "" {
-			ch, tag := c.live.ch, l.tag
-			_ = c.conn.call(context.Background(), "basic.cancel", func() error { return ch.Cancel(tag, false) })
+		// Cancelled before it hands back what it holds: a delivery handed
+		// back to a subscription still open could come straight back to it
+		// (and, on a quorum queue, count towards the delivery limit).
+		if lv := c.live; lv != nil && l.tag != "" && !lv.ch.IsClosed() {
+			tag := l.tag
+			if err := c.conn.call(c.hctx, "basic.cancel", func() error { return lv.ch.Cancel(tag, false) }); err != nil {
+				c.abandon(lv, err)
+			}
 		}
+		l.stopHanding()
 	}
 	c.mu.Unlock()
 	deadline := time.Now().Add(c.opts.DrainTimeout)
@@ -424,6 +432,18 @@ func (c *Consumer) release(l *lane) {
 func (c *Consumer) newLane() *lane {
 	ctx, cancel := context.WithCancel(c.hctx)
 	return &lane{slots: make(chan struct{}, c.opts.Concurrency), ctx: ctx, cancel: cancel, inflight: newInFlight()}
+}
+
+// abandon closes lv after a subscribe or cancel on it failed outside a
+// session's start: a call that timed out may still be answered, and
+// amqp091-go hands a reply to whichever call waits, so the channel's next
+// call could take it; a consume the broker made after all would fill a
+// delivery buffer nobody reads. The session sees the channel close and
+// subscribes every lane on a new one (the deliveries in flight become
+// stale, as with any lost channel). The caller holds c.mu.
+func (c *Consumer) abandon(lv *live, cause error) {
+	c.log.Warn("consumer channel closed after a failed subscription change; resuming on a new channel", "error", cause)
+	_ = c.conn.call(context.Background(), "close consumer channel", lv.ch.Close)
 }
 
 // Run consumes until ctx ends, calling h for each delivery from
@@ -506,9 +526,10 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 
 // subscribe subscribes lane l on lv, with a stop of its own for that
 // channel unless it has one already (a re-subscription after a prefetch
-// change); start starts its handler goroutines. The caller holds c.mu. A
-// subscription that failed is cancelled, in case the broker made it after
-// all (a consume that outlived its deadline).
+// change); start starts its handler goroutines. The caller holds c.mu.
+// After a failure the caller closes the channel: the consume may have
+// outlived its deadline and be made after all, and a cancel sent meanwhile
+// could be handed the consume's reply.
 func (c *Consumer) subscribe(lv *live, l *lane) (start func(), err error) {
 	tag := fmt.Sprintf("%s-%d", c.opts.Tag, c.seq.Add(1))
 	var dels <-chan amqp.Delivery
@@ -518,7 +539,6 @@ func (c *Consumer) subscribe(lv *live, l *lane) (start func(), err error) {
 		return err
 	})
 	if err != nil {
-		_ = c.conn.call(c.hctx, "basic.cancel", func() error { return lv.ch.Cancel(tag, false) })
 		return nil, err
 	}
 	l.tag = tag
@@ -624,12 +644,13 @@ func (c *Consumer) session(ctx context.Context) (drained bool, left int64, start
 		case t := <-cancelled:
 			// basic.cancel from the broker: the queue was deleted.
 			return end(fmt.Errorf("the broker cancelled consumer %s of queue %q (queue deleted?)", t, c.opts.Queue))
-		case n := <-c.prefetchCh:
+		case <-c.prefetchCh:
 			// A consumer's prefetch is fixed when it subscribes: set the new
 			// qos, subscribe again on the same channel, then cancel the old
 			// subscription. Deliveries held stay valid (same channel).
+			n := int(c.prefetch.Load())
 			c.mu.Lock()
-			err := c.resubscribe(ctx, lv, n)
+			err := c.resubscribe(lv, n)
 			c.mu.Unlock()
 			if err != nil {
 				return end(err)
@@ -640,9 +661,11 @@ func (c *Consumer) session(ctx context.Context) (drained bool, left int64, start
 }
 
 // resubscribe sets prefetch n on lv and subscribes every lane again; the
-// caller holds c.mu.
-func (c *Consumer) resubscribe(ctx context.Context, lv *live, n int) error {
-	if err := c.conn.call(ctx, "basic.qos", func() error { return lv.ch.Qos(n, 0, false) }); err != nil {
+// caller holds c.mu. Its calls are bounded by the operation timeout, not
+// by Run's context: a shutdown that comes meanwhile drains once they end,
+// rather than closing the channel under the handlers in flight.
+func (c *Consumer) resubscribe(lv *live, n int) error {
+	if err := c.conn.call(c.hctx, "basic.qos", func() error { return lv.ch.Qos(n, 0, false) }); err != nil {
 		return err
 	}
 	for _, l := range c.lanes {
@@ -652,7 +675,7 @@ func (c *Consumer) resubscribe(ctx context.Context, lv *live, n int) error {
 			return err
 		}
 		start()
-		if err := c.conn.call(ctx, "basic.cancel", func() error { return lv.ch.Cancel(old, false) }); err != nil {
+		if err := c.conn.call(c.hctx, "basic.cancel", func() error { return lv.ch.Cancel(old, false) }); err != nil {
 			return err
 		}
 	}
@@ -661,19 +684,24 @@ func (c *Consumer) resubscribe(ctx context.Context, lv *live, n int) error {
 
 func (c *Consumer) drain(lv *live, stopAll func(), closes <-chan *amqp.Error) (bool, int64, bool, error) {
 	deadline := time.Now().Add(c.opts.DrainTimeout)
-	// Hand out nothing more, stop the broker sending, and hand back what was
-	// prefetched but not handled.
+	// Stop the broker sending, then hand out nothing more and hand back
+	// what was prefetched but not handled. Cancelled first: a delivery
+	// handed back to a subscription still open could come straight back
+	// to it (and, on a quorum queue, count towards the delivery limit).
 	bg := context.Background()
 	c.mu.Lock()
 	tags := make([]string, 0, len(c.lanes))
 	for _, l := range c.lanes {
 		tags = append(tags, l.tag)
 	}
-	stopAll()
+	c.live = nil // Scale changes this channel's subscriptions no more
 	c.mu.Unlock()
 	for _, tag := range tags {
 		_ = c.conn.call(bg, "basic.cancel", func() error { return lv.ch.Cancel(tag, false) })
 	}
+	c.mu.Lock()
+	stopAll()
+	c.mu.Unlock()
 	c.log.Info("consumer draining", "subscriptions", len(tags), "left", c.inflight.n.Load())
 	// A closed channel means the broker has requeued everything unsettled
 	// on it: nothing more to wait for.

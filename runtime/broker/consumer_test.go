@@ -359,3 +359,109 @@ func TestSubscriptionsShareOneChannelAndScaleDownDrainsTheRemovedOnes(t *testing
 	}
 	subscribed(4)
 }
+
+// A drain stopped while deliveries stream in hands back each prefetched
+// delivery once: the subscription is cancelled before the hand-back, as a
+// delivery handed back to a subscription still open can come straight back
+// to it and be handed back again, each time counting towards a quorum
+// queue's delivery limit.
+func TestDrainHandsBackEachPrefetchedDeliveryOnce(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("in", "quorum")
+	p := e.publisher(e.conn("pub"), 256)
+	const n, prefetch = 1000, 200
+	for i := range n {
+		if err := p.Publish(t.Context(), msg(q, fmt.Sprint(i), nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := NewConsumer(e.conn("consume"), ConsumerOptions{Queue: q, Prefetch: prefetch, Log: e.log})
+	handled := make(chan struct{}, n)
+	stop := runConsumer(t, c, func(_ context.Context, d *Delivery) {
+		d.Ack()
+		handled <- struct{}{}
+	})
+	// Stop while deliveries stream in, the subscription's prefetch full.
+	for range prefetch {
+		<-handled
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	s := c.Stats()
+	if s.Requeued > prefetch || s.Delivered != s.Acked+s.Requeued {
+		t.Fatalf("Stats() = %+v: want at most %d handed back (the prefetch), each delivery acknowledged or handed back once", s, prefetch)
+	}
+	e.waitDepth(q, n-int(s.Acked))
+	topo := NewTopology(e.conn("get"), e.log)
+	t.Cleanup(func() { topo.Close() })
+	for range n - int(s.Acked) {
+		d, err := topo.Get(t.Context(), q)
+		if err != nil || d == nil {
+			t.Fatalf("Get = %v, %v", d, err)
+		}
+		if dc, _ := d.Headers["x-delivery-count"].(int64); dc > 1 {
+			t.Fatalf("message %s was returned to the queue %d times, want at most once", d.MessageId, dc)
+		}
+		if err := d.Ack(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A shutdown that comes while a prefetch change re-subscribes still
+// drains: the handler in flight finishes and acknowledges on the open
+// channel. Before, the change's calls ended with Run's context, the channel
+// was closed under the handler, and its message was delivered again.
+func TestShutdownDuringAPrefetchChangeDrains(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("in", "quorum")
+	p := e.publisher(e.conn("pub"), 8)
+	cc := e.conn("consume")
+	for i := range 5 {
+		if err := p.Publish(t.Context(), msg(q, fmt.Sprint(i), nil)); err != nil {
+			t.Fatal(err)
+		}
+		c := NewConsumer(cc, ConsumerOptions{Queue: q, Prefetch: 1, Log: e.log})
+		got := make(chan *Delivery, 1)
+		release := make(chan struct{})
+		acked := make(chan error, 1)
+		stop := runConsumer(t, c, func(_ context.Context, d *Delivery) {
+			got <- d
+			<-release
+			acked <- d.Ack()
+		})
+		receive(t, got)
+		if err := c.SetPrefetch(2 + i); err != nil {
+			t.Fatal(err)
+		}
+		res := make(chan error, 1)
+		go func() { res <- stop() }()
+		var ran error
+		testenv.Eventually(t, 10*time.Second, func() error {
+			select {
+			case ran = <-res:
+				return nil
+			default:
+			}
+			c.mu.Lock()
+			live := c.live
+			c.mu.Unlock()
+			if c.Stats().Sessions == 1 && live == nil {
+				return nil // draining (or between channels)
+			}
+			return errors.New("Run is neither draining nor done")
+		})
+		close(release)
+		if err := <-acked; err != nil {
+			t.Fatalf("round %d: the handler's ack = %v, want nil (drained on the open channel)", i, err)
+		}
+		if ran == nil {
+			ran = <-res
+		}
+		if ran != nil {
+			t.Fatalf("round %d: Run = %v, want nil", i, ran)
+		}
+		e.waitDepth(q, 0)
+	}
+}
