@@ -70,6 +70,9 @@ func DecodeProperties(b []byte) (Properties, error) {
 	if len(bytes.TrimSpace(b)) == 0 {
 		return p, nil
 	}
+	if p, ok := decodeFlat(b); ok {
+		return p, nil
+	}
 	d := json.NewDecoder(bytes.NewReader(b))
 	d.UseNumber()
 	if err := d.Decode(&p); err != nil {
