@@ -75,9 +75,10 @@ func publishingOf(d amqp.Delivery) amqp.Publishing {
 	}
 }
 
-// Publish is one message a decision sends. A BestEffort publish (a reply
-// whose requester may be gone) does not hold back the acknowledgement when
-// it is unroutable; every other publish must be confirmed and routed first.
+// Publish is one message a decision sends. Every publish must be confirmed
+// and routed before the delivery is acknowledged, but for a BestEffort one
+// (a reply, whose requester may be gone): it is sent once the others are,
+// and its failure is logged and holds nothing back.
 type Publish struct {
 	broker.Message
 	BestEffort bool
@@ -90,6 +91,7 @@ type Decision struct {
 	Publish []Publish
 	Reason  string
 	Rung    string // the retry queue, when retried
+	Parked  bool   // a dead-letter sent to .parked, .dlq having refused it
 }
 
 // Precheck decides, before the handler runs, whether a delivery can be
@@ -312,6 +314,7 @@ func retry(c *Consumer, in Inbound, err error, now time.Time, jitter float64) De
 	p.Headers = copyTable(p.Headers)
 	dropDeaths(p.Headers)
 	p.Headers[HeaderAttempt] = int64(in.Env.Attempt + 1)
+	p.DeliveryMode = amqp.Persistent // a classic rung keeps it over a restart
 	if c.Retry.Jitter > 0 {
 		// Jitter shortens the wait, as the message's own expiration; the
 		// rung's queue TTL stays the upper bound.
@@ -337,6 +340,7 @@ func InProgress(c *Consumer, in Inbound) Decision {
 	p.Headers = copyTable(p.Headers)
 	dropDeaths(p.Headers)
 	p.Expiration = ""
+	p.DeliveryMode = amqp.Persistent
 	q := RetryQueue(c.Queue, InProgressDelay)
 	return Decision{Outcome: OutcomeInProgress, Rung: q,
 		Publish: []Publish{{Message: broker.Message{Exchange: "", RoutingKey: q, Publishing: p}}}}
@@ -353,6 +357,8 @@ func deadLetter(c *Consumer, in Inbound, kind, reason string, now time.Time) Dec
 	p.Headers[HeaderFailedAt] = FormatTime(now)
 	p.Headers[HeaderAttempt] = int64(in.Env.Attempt)
 	p.Expiration = ""
+	// Kept until someone looks: persistent whatever the sender chose.
+	p.DeliveryMode = amqp.Persistent
 	d := Decision{Outcome: OutcomeDeadLettered, Reason: reason,
 		Publish: []Publish{{Message: broker.Message{Exchange: "", RoutingKey: DeadLetterQueue(c.Queue), Publishing: p}}}}
 	if in.Env.ReplyTo != "" {
@@ -360,6 +366,23 @@ func deadLetter(c *Consumer, in Inbound, kind, reason string, now time.Time) Dec
 			amqp.Table{HeaderError: reason, HeaderErrorKind: kind, HeaderFailedQueue: c.Queue, HeaderFailedAt: FormatTime(now)}, Itinerary{}, now))
 	}
 	return d
+}
+
+// park sends the message of dead-letter dec, which .dlq refused (err), to
+// <queue>.parked instead, its reason telling both. The reply, if any, goes
+// as it would have.
+func park(c *Consumer, dec Decision, err error) Decision {
+	pk := Decision{Outcome: OutcomeDeadLettered, Parked: true,
+		Reason: fmt.Sprintf("%s; not dead-lettered: %s refused it: %v", dec.Reason, DeadLetterQueue(c.Queue), err)}
+	for _, p := range dec.Publish {
+		if !p.BestEffort {
+			p.Publishing.Headers = copyTable(p.Publishing.Headers)
+			p.Publishing.Headers[HeaderError] = pk.Reason
+			p.RoutingKey = ParkedQueue(c.Queue)
+		}
+		pk.Publish = append(pk.Publish, p)
+	}
+	return pk
 }
 
 // dropDeaths removes the broker's dead-letter history from headers h of a

@@ -310,3 +310,27 @@ func TestCompletedReplyIsEmptyAfterOutputNone(t *testing.T) {
 		t.Errorf("completed reply after output: none carries %s, want an empty body", body)
 	}
 }
+
+// A transient message (delivery mode 1, as a sender that is not ours may
+// publish) goes to a classic rung, .dlq or .parked persistent: kept over a
+// broker restart until someone looks.
+func TestHeldMessagesArePersistent(t *testing.T) {
+	c := stepConsumer("reserve", 1)
+	in := InboundFrom(amqp.Delivery{MessageId: "m-1", DeliveryMode: amqp.Transient, Body: []byte(`{}`), Timestamp: now})
+	dl := Decide(c, route, in, Result{}, fmt.Errorf("%w: bad", ErrFatal), now, 0)
+	for name, d := range map[string]Decision{
+		"retried":       Decide(c, route, in, Result{}, errors.New("down"), now, 0),
+		"dead-lettered": dl,
+		"parked":        park(c, dl, errors.New("no queue")),
+		"in progress":   InProgress(c, in),
+	} {
+		if len(d.Publish) == 0 || d.Publish[0].DeliveryMode != amqp.Persistent {
+			t.Errorf("%s: publishes %+v, want its message persistent", name, d.Publish)
+		}
+	}
+	pk := park(c, dl, errors.New("no queue"))
+	if pk.Outcome != OutcomeDeadLettered || !pk.Parked || pk.Publish[0].RoutingKey != ParkedQueue(c.Queue) ||
+		!strings.Contains(pk.Reason, dl.Reason) || !strings.Contains(pk.Reason, "no queue") {
+		t.Errorf("park = %+v, want the message to %s with both reasons", pk, ParkedQueue(c.Queue))
+	}
+}

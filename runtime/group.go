@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -306,48 +307,84 @@ func (g *group) carryOut(ctx context.Context, d *broker.Delivery, in Inbound, de
 		g.release(ctx, t)
 		t = nil
 	}
-	if len(dec.Publish) == 0 {
-		g.confirmAndSettle(ctx, d, in, dec, t)
+	settle := func() {
+		if t != nil {
+			// Not on a confirm callback: the store may block.
+			g.bg.Go(func() { g.confirmAndSettle(ctx, d, in, dec, t) })
+			return
+		}
+		g.settle(d, in, dec)
+	}
+	own, replies := dec.Publish, []Publish(nil)
+	if slices.ContainsFunc(own, func(p Publish) bool { return p.BestEffort }) {
+		own = nil
+		for _, p := range dec.Publish {
+			if p.BestEffort {
+				replies = append(replies, p)
+			} else {
+				own = append(own, p)
+			}
+		}
+	}
+	// Replies go out once the decision's own publishes are confirmed and
+	// routed: a reply tells the requester how the run ended, which it has
+	// not while the message may yet go back to its queue or elsewhere. A
+	// reply that fails is logged and holds nothing back: the run has ended,
+	// and the requester may be gone.
+	sendReplies := func() {
+		g.publishAll(ctx, replies, func(p Publish, err error) {
+			if errors.Is(err, broker.ErrUnroutable) {
+				g.log.Warn("reply not delivered: nothing listens on reply_to any more", "message_id", in.Env.MessageID, "routing_key", p.RoutingKey)
+				return
+			}
+			g.log.Warn("reply not delivered", "message_id", in.Env.MessageID, "routing_key", p.RoutingKey, "error", err)
+		}, func(error) { settle() })
+	}
+	g.publishAll(ctx, own, nil, func(failed error) {
+		switch {
+		case failed != nil:
+			// Confirm callbacks must not publish; the follow-up runs on
+			// its own goroutine, owned by the group.
+			g.bg.Go(func() { g.publishFailed(ctx, d, in, dec, failed, t) })
+		case len(replies) == 0:
+			settle()
+		case len(own) == 0:
+			sendReplies()
+		default:
+			g.bg.Go(sendReplies)
+		}
+	})
+}
+
+// publishAll publishes ps and calls done once every one is confirmed or
+// failed, with the first failure; failed, when not nil, is called for each
+// failure. With nothing to publish, done is called at once.
+func (g *group) publishAll(ctx context.Context, ps []Publish, failed func(Publish, error), done func(error)) {
+	if len(ps) == 0 {
+		done(nil)
 		return
 	}
 	var (
 		mu      sync.Mutex
-		pending = len(dec.Publish)
-		failed  error
+		pending = len(ps)
+		first   error
 	)
-	// Each callback keeps only what it reads of its publish, not the
-	// whole message.
-	done := func(bestEffort bool, routingKey string) func(error) {
-		return func(err error) {
-			if err != nil && bestEffort && errors.Is(err, broker.ErrUnroutable) {
-				g.log.Warn("reply not delivered: nothing listens on reply_to any more", "message_id", in.Env.MessageID, "routing_key", routingKey)
-				err = nil
+	for _, p := range ps {
+		cb := func(err error) {
+			if err != nil && failed != nil {
+				failed(p, err)
 			}
 			mu.Lock()
-			if err != nil && failed == nil {
-				failed = err
+			if err != nil && first == nil {
+				first = err
 			}
 			pending--
 			last := pending == 0
 			mu.Unlock()
 			if last {
-				if failed != nil {
-					// Confirm callbacks must not publish; the follow-up runs
-					// on its own goroutine, owned by the group.
-					g.bg.Go(func() { g.publishFailed(ctx, d, in, dec, failed, t) })
-					return
-				}
-				if t != nil {
-					// Nor block on the store.
-					g.bg.Go(func() { g.confirmAndSettle(ctx, d, in, dec, t) })
-					return
-				}
-				g.settle(d, in, dec)
+				done(first)
 			}
 		}
-	}
-	for _, p := range dec.Publish {
-		cb := done(p.BestEffort, p.RoutingKey)
 		if err := g.r.pub.PublishFunc(ctx, p.Message, cb); err != nil {
 			cb(err)
 		}
@@ -385,27 +422,59 @@ func (g *group) count(outcome string) {
 	g.mMessages[outcome].Inc()
 }
 
-// publishFailed handles a decision whose publish did not reach a queue. A
-// next stop the broker cannot route, or whose exchange does not exist, is
-// fatal for the message (it would fail the same way next time): it is
-// dead-lettered with the reason. A publish the broker refused (basic.nack:
-// say, a full queue that rejects publishes) is retried through the ladder,
-// spending an attempt, so that it waits rather than spins and ends in .dlq
-// with a reason if it never gets through. Anything else (the connection
-// lost, the runtime stopping) leaves the message to the broker, requeued,
-// to be handled again.
+// publishFailed handles a decision whose own publish did not reach a
+// queue. A next stop the broker cannot route, or whose exchange does not
+// exist, is fatal for the message (it would fail the same way next time):
+// it is dead-lettered with the reason. A result the broker refused
+// (basic.nack: say, a full queue that rejects publishes) is retried
+// through the ladder, spending an attempt, so that it waits rather than
+// spins and ends in .dlq with a reason if it never gets through. A retry
+// its rung refuses is dead-lettered; a dead-letter .dlq refuses is parked
+// in .parked with both reasons. What none of these take (an in-progress
+// delivery whose rung refuses it, a message .parked refuses too) goes back
+// to its queue after holdBeforeRequeue, logged as an error: requeued at
+// once, it would come straight back and fail the same way. Anything else
+// (the connection lost, the runtime stopping) leaves the message to the
+// broker, requeued, to be handled again.
 func (g *group) publishFailed(ctx context.Context, d *broker.Delivery, in Inbound, dec Decision, err error, t *Ticket) {
-	fatal := errors.Is(err, broker.ErrUnroutable) || broker.MissingExchange(err)
+	refused := errors.Is(err, broker.ErrUnroutable) || broker.MissingExchange(err) || errors.Is(err, broker.ErrNacked)
+	now := time.Now()
 	switch {
-	case fatal && dec.Outcome != OutcomeDeadLettered:
-		g.log.Warn("result unroutable; dead-lettering the message", "message_id", in.Env.MessageID, "error", err)
-		dl := deadLetter(g.c, in, KindFatal, "the result could not be routed: "+err.Error(), time.Now())
-		g.carryOut(ctx, d, in, dl, t)
+	case !refused:
+	case dec.Outcome == OutcomeDeadLettered && !dec.Parked:
+		g.log.Error("dead-letter queue refused the message; parking it", "message_id", in.Env.MessageID, "queue", DeadLetterQueue(g.c.Queue), "error", err)
+		g.carryOut(ctx, d, in, park(g.c, dec, err), t)
 		return
-	case errors.Is(err, broker.ErrNacked) && dec.Outcome != OutcomeRetried && dec.Outcome != OutcomeDeadLettered && dec.Outcome != OutcomeInProgress:
+	case dec.Outcome == OutcomeDeadLettered || dec.Outcome == OutcomeInProgress:
+		g.release(ctx, t)
+		g.log.Error("message could be neither dead-lettered nor parked nor delayed; it goes back to its queue after a wait",
+			"message_id", in.Env.MessageID, "outcome", dec.Outcome, "wait", holdBeforeRequeue, "error", err)
+		g.bg.Go(func() {
+			defer g.finish()
+			wait := time.NewTimer(holdBeforeRequeue)
+			defer wait.Stop()
+			select {
+			case <-wait.C:
+			case <-ctx.Done():
+			}
+			if nerr := d.Nack(true); nerr == nil {
+				g.count(OutcomeRejected)
+			}
+		})
+		return
+	case dec.Outcome == OutcomeRetried:
+		g.log.Warn("retry rung refused the message; dead-lettering it", "message_id", in.Env.MessageID, "rung", dec.Rung, "error", err)
+		g.carryOut(ctx, d, in, deadLetter(g.c, in, KindFatal, fmt.Sprintf("%s; it could not be retried: %s refused it: %v", dec.Reason, dec.Rung, err), now), t)
+		return
+	case errors.Is(err, broker.ErrNacked):
 		g.log.Warn("result refused by the broker; retrying the message", "message_id", in.Env.MessageID, "error", err)
-		rd := retry(g.c, in, fmt.Errorf("the result was refused by the broker: %w", err), time.Now(), rand.Float64())
+		rd := retry(g.c, in, fmt.Errorf("the result was refused by the broker: %w", err), now, rand.Float64())
 		g.carryOut(ctx, d, in, rd, t)
+		return
+	default:
+		g.log.Warn("result unroutable; dead-lettering the message", "message_id", in.Env.MessageID, "error", err)
+		dl := deadLetter(g.c, in, KindFatal, "the result could not be routed: "+err.Error(), now)
+		g.carryOut(ctx, d, in, dl, t)
 		return
 	}
 	g.release(ctx, t)
@@ -415,6 +484,10 @@ func (g *group) publishFailed(ctx context.Context, d *broker.Delivery, in Inboun
 		g.count(OutcomeRejected)
 	}
 }
+
+// holdBeforeRequeue is how long a message that could go nowhere else waits
+// before it goes back to its queue. A variable for the tests.
+var holdBeforeRequeue = 5 * time.Second
 
 // snapshot is what the registry shows of a group.
 func (g *group) snapshot(ctx context.Context) ConsumerStatus {

@@ -120,3 +120,135 @@ func deadLettered(t *testing.T, ch *amqp.Channel, queue string, calls *atomic.In
 	})
 	return dl
 }
+
+const replyFlow = `version: acemq.flow/v1
+name: rp
+plugins:
+  k: {command: ./not-started}
+pipelines:
+  - name: p
+    steps:
+      - {name: a, handler: k.echo, queue_type: classic, retry: {max_attempts: 3, initial_delay: 1s, max_delay: 1s, jitter: 0}}
+`
+
+// counters waits until consumer id has counted want of outcome, and
+// returns its counters then.
+func counters(t *testing.T, rt *runtime.Runtime, id, outcome string, want int64) map[string]int64 {
+	t.Helper()
+	var got map[string]int64
+	testenv.Eventually(t, 30*time.Second, func() error {
+		st, err := rt.Consumer(t.Context(), id)
+		if err != nil {
+			return err
+		}
+		got = st.Counters
+		if got[outcome] < want {
+			return testenv.Errorf("consumer %s counted %v, want %d %s", id, got, want, outcome)
+		}
+		return nil
+	})
+	return got
+}
+
+// TestARefusedReplyHoldsNothingBack sends a message whose reply_to queue
+// refuses every publish. The run has ended when its reply is sent: the
+// delivery is acknowledged once, the handler run once. Before, the nacked
+// reply failed the delivery, which went round the retry ladder re-running a
+// handler that had succeeded, and at its last attempt was dead-lettered and
+// requeued for ever (3,000 runs in four seconds).
+func TestARefusedReplyHoldsNothingBack(t *testing.T) {
+	url := testenv.VHost(t)
+	var calls atomic.Int64
+	rt, _ := startInProcess(t, url, replyFlow, runtime.Options{Handlers: map[string]runtime.HandlerFunc{
+		"k.echo": func(_ context.Context, req runtime.Request) (runtime.Result, error) {
+			calls.Add(1)
+			return runtime.Result{Payload: req.Payload}, nil
+		}}})
+	ch := channelOn(t, url)()
+	if _, err := ch.QueueDeclare("full-replies", false, false, false, false,
+		amqp.Table{"x-max-length": int32(0), "x-overflow": "reject-publish"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.PublishWithContext(t.Context(), "", "p.a", false, false, amqp.Publishing{MessageId: "m-1", ContentType: "application/json",
+		ReplyTo: "full-replies", Body: []byte(`{"id":1}`)}); err != nil {
+		t.Fatal(err)
+	}
+	got := counters(t, rt, "p.a", runtime.OutcomeAcknowledged, 1)
+	// A second message, without reply_to, is handled after the first: once
+	// it is counted, the first had every chance to come round again.
+	if err := ch.PublishWithContext(t.Context(), "", "p.a", false, false, amqp.Publishing{MessageId: "m-2", ContentType: "application/json",
+		Body: []byte(`{"id":2}`)}); err != nil {
+		t.Fatal(err)
+	}
+	got = counters(t, rt, "p.a", runtime.OutcomeAcknowledged, 2)
+	if n := calls.Load(); n != 2 || got[runtime.OutcomeRetried] != 0 || got[runtime.OutcomeDeadLettered] != 0 {
+		t.Fatalf("the handler ran %d times for two messages, counters %v; want 2 runs, nothing retried or dead-lettered", n, got)
+	}
+}
+
+// A message that cannot be handled (its slip does not parse) is
+// dead-lettered at once; with p.a.dlq gone, it is parked in p.a.parked
+// with both reasons, not requeued and refused again for ever.
+func TestADeadLetterTheDLQRefusesIsParked(t *testing.T) {
+	url := testenv.VHost(t)
+	calls := startEchoCounting(t, url, publishFailFlow)
+	ch := channelOn(t, url)()
+	if _, err := ch.QueueDelete("p.a.dlq", false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.PublishWithContext(t.Context(), "", "p.a", false, false, amqp.Publishing{MessageId: "m-1", ContentType: "application/json",
+		Headers: amqp.Table{runtime.HeaderSlip: "not a slip"}, Body: []byte(`{"id":1}`)}); err != nil {
+		t.Fatal(err)
+	}
+	pk := deadLettered(t, ch, "p.a.parked", calls)
+	reason, _ := pk.Headers[runtime.HeaderError].(string)
+	if !strings.Contains(reason, "slip") || !strings.Contains(reason, "p.a.dlq refused it") {
+		t.Errorf("parked with reason %q, want the slip's and p.a.dlq's", reason)
+	}
+	if pk.MessageId != "m-1" || pk.DeliveryMode != amqp.Persistent {
+		t.Errorf("parked %q delivery mode %d, want m-1, persistent", pk.MessageId, pk.DeliveryMode)
+	}
+	if n := calls.Load(); n != 0 {
+		t.Errorf("the handler ran %d times, want never (the slip is checked first)", n)
+	}
+}
+
+// With p.a.dlq and p.a.parked both gone, the message waits, goes back to
+// its queue and comes round again, until a dead-letter queue takes it.
+// Before, it went back at once, thousands of times a second.
+func TestAMessageNothingTakesComesRoundUntilSomethingDoes(t *testing.T) {
+	url := testenv.VHost(t)
+	const hold = 200 * time.Millisecond
+	runtime.SetHoldBeforeRequeue(t, hold)
+	rt, _ := startInProcess(t, url, publishFailFlow, runtime.Options{Handlers: map[string]runtime.HandlerFunc{
+		"k.echo": func(_ context.Context, req runtime.Request) (runtime.Result, error) {
+			return runtime.Result{Payload: req.Payload}, nil
+		}}})
+	ch := channelOn(t, url)()
+	for _, q := range []string{"p.a.dlq", "p.a.parked"} {
+		if _, err := ch.QueueDelete(q, false, false, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ch.PublishWithContext(t.Context(), "", "p.a", false, false, amqp.Publishing{MessageId: "m-1", ContentType: "application/json",
+		Headers: amqp.Table{runtime.HeaderSlip: "not a slip"}, Body: []byte(`{"id":1}`)}); err != nil {
+		t.Fatal(err)
+	}
+	sent := time.Now()
+	counters(t, rt, "p.a", runtime.OutcomeRejected, 2)
+	if waited := time.Since(sent); waited < 2*hold {
+		t.Fatalf("the message went back to its queue twice within %s, want a wait of %s before each time", waited, hold)
+	}
+	if _, err := ch.QueueDeclare("p.a.dlq", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int64
+	dl := deadLettered(t, ch, "p.a.dlq", &calls)
+	if dl.MessageId != "m-1" {
+		t.Errorf("p.a.dlq got %q, want m-1", dl.MessageId)
+	}
+	got := counters(t, rt, "p.a", runtime.OutcomeDeadLettered, 1)
+	if got[runtime.OutcomeAcknowledged] != 0 {
+		t.Errorf("counters %v: want nothing acknowledged", got)
+	}
+}

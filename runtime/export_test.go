@@ -1,0 +1,11 @@
+package runtime
+
+import "time"
+
+// SetHoldBeforeRequeue sets how long a message that could go nowhere else
+// waits before it goes back to its queue, until the test ends.
+func SetHoldBeforeRequeue(t interface{ Cleanup(func()) }, d time.Duration) {
+	old := holdBeforeRequeue
+	holdBeforeRequeue = d
+	t.Cleanup(func() { holdBeforeRequeue = old })
+}
