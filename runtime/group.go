@@ -424,8 +424,9 @@ func (g *group) count(outcome string) {
 
 // publishFailed handles a decision whose own publish did not reach a
 // queue. A next stop the broker cannot route, or whose exchange does not
-// exist, is fatal for the message (it would fail the same way next time):
-// it is dead-lettered with the reason. A result the broker refused
+// exist, or a result AMQP cannot carry (a field over 255 bytes), is fatal
+// for the message (it would fail the same way next time): it is
+// dead-lettered with the reason. A result the broker refused
 // (basic.nack: say, a full queue that rejects publishes) is retried
 // through the ladder, spending an attempt, so that it waits rather than
 // spins and ends in .dlq with a reason if it never gets through. A retry
@@ -437,7 +438,8 @@ func (g *group) count(outcome string) {
 // (the connection lost, the runtime stopping) leaves the message to the
 // broker, requeued, to be handled again.
 func (g *group) publishFailed(ctx context.Context, d *broker.Delivery, in Inbound, dec Decision, err error, t *Ticket) {
-	refused := errors.Is(err, broker.ErrUnroutable) || broker.MissingExchange(err) || errors.Is(err, broker.ErrNacked)
+	refused := errors.Is(err, broker.ErrUnroutable) || broker.MissingExchange(err) || errors.Is(err, broker.ErrNacked) ||
+		errors.Is(err, broker.ErrInvalidMessage)
 	now := time.Now()
 	switch {
 	case !refused:
@@ -470,6 +472,11 @@ func (g *group) publishFailed(ctx context.Context, d *broker.Delivery, in Inboun
 		g.log.Warn("result refused by the broker; retrying the message", "message_id", in.Env.MessageID, "error", err)
 		rd := retry(g.c, in, fmt.Errorf("the result was refused by the broker: %w", err), now, rand.Float64())
 		g.carryOut(ctx, d, in, rd, t)
+		return
+	case errors.Is(err, broker.ErrInvalidMessage):
+		g.log.Warn("result cannot be published; dead-lettering the message", "message_id", in.Env.MessageID, "error", err)
+		dl := deadLetter(g.c, in, KindFatal, "the result could not be published: "+err.Error(), now)
+		g.carryOut(ctx, d, in, dl, t)
 		return
 	default:
 		g.log.Warn("result unroutable; dead-lettering the message", "message_id", in.Env.MessageID, "error", err)

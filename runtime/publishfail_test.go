@@ -252,3 +252,25 @@ func TestAMessageNothingTakesComesRoundUntilSomethingDoes(t *testing.T) {
 		t.Errorf("counters %v: want nothing acknowledged", got)
 	}
 }
+
+// A slip whose next stop has a routing key AMQP cannot carry (over 255
+// bytes) makes a result that can never be published: dead-lettered once,
+// with the reason, the connection kept.
+func TestAResultAMQPCannotCarryIsDeadLettered(t *testing.T) {
+	url := testenv.VHost(t)
+	calls := startEchoCounting(t, url, publishFailFlow)
+	ch := channelOn(t, url)()
+	long := strings.Repeat("k", 300)
+	slip := `{"steps":[{"exchange":"","routingKey":"p.a","name":"a"},{"exchange":"","routingKey":"` + long + `","name":"b"}],"done":[]}`
+	if err := ch.PublishWithContext(t.Context(), "", "p.a", false, false, amqp.Publishing{MessageId: "m-1", ContentType: "application/json",
+		Headers: amqp.Table{runtime.HeaderSlip: slip}, Body: []byte(`{"id":1}`)}); err != nil {
+		t.Fatal(err)
+	}
+	dl := deadLettered(t, ch, "p.a.dlq", calls)
+	if reason, _ := dl.Headers[runtime.HeaderError].(string); !strings.Contains(reason, "could not be published") || !strings.Contains(reason, "255") {
+		t.Errorf("dead-lettered with reason %q, want one saying the result could not be published, over 255 bytes", reason)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("the handler ran %d times, want once", n)
+	}
+}

@@ -207,13 +207,23 @@ func sendClosed(closes <-chan *amqp.Error, msg broker.Message) error {
 	return fmt.Errorf("%w: the channel closed before the broker confirmed the message to %q with key %q", broker.ErrIndeterminate, msg.Exchange, msg.RoutingKey)
 }
 
+// sendOpTimeout bounds each of send's calls to the broker, closing the
+// connection included: a broker that reads nothing (a resource alarm)
+// answers none of them, and send should not outlast its wait by much.
+const sendOpTimeout = 2 * time.Second
+
+// sendConfirmTimeout bounds the wait for the broker's confirm of a send
+// without --wait.
+const sendConfirmTimeout = 30 * time.Second
+
 // Send publishes msg on its own connection with a confirm, and, when wait
 // is positive, waits for the run's reply over direct reply-to (correlated
-// by the run's id). It returns nil Reply when wait is zero.
+// by the run's id); wait bounds the whole, from the publish to the reply.
+// It returns nil Reply when wait is zero.
 func Send(ctx context.Context, url string, msg broker.Message, wait time.Duration) (*Reply, error) {
 	dctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	conn, err := broker.Open(dctx, url, broker.ConnOptions{Name: "acemq-flow send"})
+	conn, err := broker.Open(dctx, url, broker.ConnOptions{Name: "acemq-flow send", OpTimeout: sendOpTimeout})
 	if err != nil {
 		return nil, fmt.Errorf("connect to the broker: %w", err)
 	}
@@ -222,7 +232,19 @@ func Send(ctx context.Context, url string, msg broker.Message, wait time.Duratio
 	if err != nil {
 		return nil, fmt.Errorf("open a channel: %w", err)
 	}
-	defer ch.Close()
+	// A broker that reads nothing (a resource alarm) never answers the
+	// channel's close: closing the connection next ends it.
+	defer func() {
+		closed := make(chan struct{})
+		go func() {
+			defer close(closed)
+			_ = ch.Close()
+		}()
+		select {
+		case <-closed:
+		case <-time.After(time.Second):
+		}
+	}()
 	var replies <-chan amqp.Delivery
 	if wait > 0 {
 		// Direct reply-to: consume before publishing, on the same channel.
@@ -238,6 +260,14 @@ func Send(ctx context.Context, url string, msg broker.Message, wait time.Duratio
 	closes := ch.NotifyClose(make(chan *amqp.Error, 1))
 	returns := ch.NotifyReturn(make(chan amqp.Return, 1))
 	confirms := ch.NotifyPublish(make(chan amqp.Confirmation, 1))
+	// The wait runs from the publish: a broker that does not confirm (a
+	// resource alarm blocks publishers) must not hold send past it.
+	limit := wait
+	if limit <= 0 {
+		limit = sendConfirmTimeout
+	}
+	timer := time.NewTimer(limit)
+	defer timer.Stop()
 	if err := ch.PublishWithContext(ctx, msg.Exchange, msg.RoutingKey, true, false, msg.Publishing); err != nil {
 		return nil, fmt.Errorf("publish to %q with key %q: %w", msg.Exchange, msg.RoutingKey, err)
 	}
@@ -261,6 +291,9 @@ func Send(ctx context.Context, url string, msg broker.Message, wait time.Duratio
 			returned = true
 		default:
 		}
+	case <-timer.C:
+		return nil, fmt.Errorf("%w: the broker did not confirm message %s to %q with key %q within %s (a resource alarm blocks publishers until it clears); it may yet be delivered",
+			broker.ErrIndeterminate, msg.MessageId, msg.Exchange, msg.RoutingKey, limit)
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
@@ -270,8 +303,6 @@ func Send(ctx context.Context, url string, msg broker.Message, wait time.Duratio
 	if wait <= 0 {
 		return nil, nil
 	}
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
 	for {
 		select {
 		case d, ok := <-replies:

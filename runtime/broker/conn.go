@@ -97,16 +97,17 @@ func (o *ConnOptions) defaults() {
 // reconnect: Publisher and Consumer open new ones and carry on.
 //
 // A Conn is safe for concurrent use. The URL is never logged or put in an
-// error except through (*url.URL).Redacted.
+// error except redacted (see redactURL).
 type Conn struct {
 	url      string // carries the password: never log, never format
 	redacted string
-	pass     string
+	pass     []string // the password as written and decoded, for scrub
 	opts     ConnOptions
 	log      *slog.Logger
 
 	mu    sync.Mutex
 	cur   *amqp.Connection
+	sock  net.Conn      // cur's socket, for a close the broker does not answer
 	ready chan struct{} // closed while cur != nil; replaced when the connection is lost
 	lost  chan struct{} // closed when the supervisor gives cur up
 
@@ -127,23 +128,25 @@ type Conn struct {
 // closes the Conn.
 func Open(ctx context.Context, rawURL string, opts ConnOptions) (*Conn, error) {
 	opts.defaults()
+	redacted := redactURL(rawURL)
+	// A '/', '?' or '#' in the password ends the authority early: net/url
+	// then fails with an error quoting part of the password, or reads that
+	// part as the port or the path, and the '@' lands after the host. Its
+	// error text is never used.
 	u, err := url.Parse(rawURL)
-	if err != nil {
-		// url.Error quotes the whole URL, password included: keep only the
-		// inner reason.
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
+	if err != nil || atAfterHost(rawURL) {
+		return nil, fmt.Errorf("connection %q: invalid AMQP URL %s; write it as amqp://user:password@host:port/vhost and percent-encode '/', '?', '#' and '@' in the user name, password and vhost (%%2F, %%3F, %%23, %%40)", opts.Name, redacted)
+	}
+	var pass []string
+	if p, ok := u.User.Password(); ok && p != "" {
+		pass = append(pass, p)
+		if _, raw, _ := strings.Cut(u.User.String(), ":"); raw != p {
+			pass = append(pass, raw)
 		}
-		return nil, fmt.Errorf("connection %q: invalid AMQP URL: %v", opts.Name, err)
 	}
-	if _, err := amqp.ParseURI(rawURL); err != nil {
-		return nil, fmt.Errorf("connection %q: invalid AMQP URL %s: %v", opts.Name, u.Redacted(), err)
-	}
-	pass, _ := u.User.Password()
 	c := &Conn{
 		url:      rawURL,
-		redacted: u.Redacted(),
+		redacted: redacted,
 		pass:     pass,
 		opts:     opts,
 		ready:    make(chan struct{}),
@@ -154,6 +157,9 @@ func Open(ctx context.Context, rawURL string, opts ConnOptions) (*Conn, error) {
 	close(open)
 	c.unblocked.Store(&open)
 	c.log = opts.Log.With("connection", opts.Name)
+	if _, err := amqp.ParseURI(rawURL); err != nil {
+		return nil, fmt.Errorf("connection %q: invalid AMQP URL %s: %w", opts.Name, redacted, c.scrub(err))
+	}
 
 	ac, err := c.dialRetry(ctx, 0)
 	if err != nil {
@@ -333,6 +339,32 @@ func (c *Conn) setLost() {
 	c.setBlocked(false)
 }
 
+// closeAMQP closes ac, waiting up to OpTimeout for the broker's close-ok,
+// and then closes its socket. amqp091-go's deadline for the close-ok does
+// not hold: each heartbeat the broker sends pushes the socket's read
+// deadline further, so a broker that reads nothing (a resource alarm) but
+// still sends heartbeats kept the close waiting until it dropped the
+// connection itself, twice the heartbeat later.
+func (c *Conn) closeAMQP(ac *amqp.Connection, sock net.Conn) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = ac.CloseDeadline(time.Now().Add(c.opts.OpTimeout))
+	}()
+	t := time.NewTimer(c.opts.OpTimeout)
+	defer t.Stop()
+	select {
+	case <-done:
+		return
+	case <-t.C:
+	}
+	c.log.Warn("the broker did not answer the connection's close; closing its socket", "duration", c.opts.OpTimeout)
+	if sock != nil {
+		_ = sock.Close() // the library's reader fails, and the close with it
+	}
+	<-done
+}
+
 // supervise watches the live connection and redials when it dies.
 func (c *Conn) supervise(ac *amqp.Connection) {
 	defer close(c.done)
@@ -365,9 +397,12 @@ func (c *Conn) supervise(ac *amqp.Connection) {
 				break watch
 			case <-c.closing:
 				c.state.Store(int32(StateClosed))
-				_ = ac.CloseDeadline(time.Now().Add(c.opts.OpTimeout))
 				c.mu.Lock()
-				c.cur = nil
+				sock := c.sock
+				c.mu.Unlock()
+				c.closeAMQP(ac, sock)
+				c.mu.Lock()
+				c.cur, c.sock = nil, nil
 				c.mu.Unlock()
 				c.log.Info("connection closed")
 				return
@@ -452,6 +487,7 @@ func (c *Conn) dial(ctx context.Context) (*amqp.Connection, error) {
 	props := amqp.NewConnectionProperties()
 	props["product"] = "acemq-flow"
 	props.SetClientConnectionName(c.opts.Name)
+	var sock net.Conn
 	cfg := amqp.Config{
 		Heartbeat:  c.opts.Heartbeat,
 		Properties: props,
@@ -467,23 +503,69 @@ func (c *Conn) dial(ctx context.Context) (*amqp.Connection, error) {
 				return nil, err
 			}
 			// Writes from the connection's channels share system calls.
-			return newBatchConn(nc), nil
+			sock = newBatchConn(nc)
+			return sock, nil
 		},
 	}
 	ac, err := amqp.DialConfig(c.url, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect %q to %s: %w", c.opts.Name, c.redacted, c.scrub(err))
 	}
+	c.mu.Lock()
+	c.sock = sock
+	c.mu.Unlock()
 	return ac, nil
 }
 
 // scrub guarantees that an error never carries the password: an error whose
 // text contains it is replaced by one with the text redacted and no chain.
 func (c *Conn) scrub(err error) error {
-	if c.pass == "" || !strings.Contains(err.Error(), c.pass) {
+	text := err.Error()
+	found := false
+	for _, p := range c.pass {
+		if strings.Contains(text, p) {
+			text, found = strings.ReplaceAll(text, p, "xxxxx"), true
+		}
+	}
+	if !found {
 		return err
 	}
-	return errors.New(strings.ReplaceAll(err.Error(), c.pass, "xxxxx"))
+	return errors.New(text)
+}
+
+// redactURL returns raw with the password replaced by xxxxx, worked out from
+// the text alone so that a URL net/url misreads is redacted all the same:
+// everything between "://" and the last '@' is the user information, and
+// what follows its first ':' is the password. Without "://" everything
+// before the last '@' goes.
+func redactURL(raw string) string {
+	at := strings.LastIndexByte(raw, '@')
+	if at < 0 {
+		return raw
+	}
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok || len(scheme)+3 > at {
+		return "xxxxx" + raw[at:]
+	}
+	userinfo := rest[:at-len(scheme)-3]
+	user, _, hasPass := strings.Cut(userinfo, ":")
+	if !hasPass {
+		return raw
+	}
+	return scheme + "://" + user + ":xxxxx" + raw[at:]
+}
+
+// atAfterHost reports whether raw has an '@' after the end of its authority
+// (the first '/', '?' or '#' after "://"): a password with one of those
+// characters unescaped, or an unescaped '@' in the vhost, either of which
+// net/url reads otherwise than meant.
+func atAfterHost(raw string) bool {
+	_, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		return false
+	}
+	end := strings.IndexAny(rest, "/?#")
+	return end >= 0 && strings.LastIndexByte(rest, '@') > end
 }
 
 // backoff returns the delay before retry n (0-based): min·2ⁿ capped at max,

@@ -268,3 +268,63 @@ func TestNoMessageLostWhileConnectionsAreForceClosed(t *testing.T) {
 	}
 	t.Logf("%d distinct, %d duplicates; publisher %+v; hop %+v; end %+v", len(seen), dups, p.Stats(), hop.Stats(), end.Stats())
 }
+
+// TestPasswordWithReservedCharactersNeverLeaks: a password with an unescaped
+// '/', '?' or '#' ends the URL's authority early, so net/url either fails
+// with an error quoting part of the password or parses that part as the
+// host, port or path. No part of it may reach an error, a log line or the
+// redacted URL.
+func TestPasswordWithReservedCharactersNeverLeaks(t *testing.T) {
+	cases := []struct {
+		url   string
+		parts []string // pieces of the password that must not appear
+	}{
+		{"amqp://user:s3cr/et@host", []string{"s3cr"}},
+		{"amqp://user:12345/x@host", []string{"12345"}},
+		{"amqp://user:q7?zz@host:5672/", []string{"q7", "zz"}},
+		{"amqp://user:w9#kk@host/vh", []string{"w9", "kk"}},
+	}
+	for i, tc := range cases {
+		t.Run(fmt.Sprint("case ", i), func(t *testing.T) {
+			logs := &testenv.Buffer{}
+			log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+			ctx, cancel := context.WithTimeout(t.Context(), 700*time.Millisecond)
+			defer cancel()
+			c, err := Open(ctx, tc.url, ConnOptions{Name: "leak-check", Log: log, BackoffMin: 50 * time.Millisecond})
+			if err == nil {
+				c.Close()
+				t.Fatalf("Open(case %d) succeeded, want an invalid-URL error", i)
+			}
+			for what, text := range map[string]string{"error": err.Error(), "logs": logs.String()} {
+				for _, part := range tc.parts {
+					if strings.Contains(text, part) {
+						t.Errorf("the %s contains %q from the password: %s", what, part, text)
+					}
+				}
+			}
+			if !strings.Contains(err.Error(), "invalid AMQP URL") || !strings.Contains(err.Error(), "percent-encode") {
+				t.Errorf("Open error %q, want it to call the URL invalid and say to percent-encode", err)
+			}
+			t.Logf("error: %v", err)
+		})
+	}
+}
+
+func TestRedactURL(t *testing.T) {
+	cases := []struct{ in, want string }{
+		{"amqp://guest:guest@127.0.0.1:5672/", "amqp://guest:xxxxx@127.0.0.1:5672/"},
+		{"amqp://user:s3cr/et@host", "amqp://user:xxxxx@host"},
+		{"amqp://user:12345/x@host", "amqp://user:xxxxx@host"},
+		{"amqp://user:q7?zz@host:5672/", "amqp://user:xxxxx@host:5672/"},
+		{"amqp://user:w9#kk@host/vh", "amqp://user:xxxxx@host/vh"},
+		{"amqps://user:p@ss@host/vh", "amqps://user:xxxxx@host/vh"},
+		{"amqp://token@host", "amqp://token@host"},
+		{"amqp://host:5672/vh", "amqp://host:5672/vh"},
+		{"user:pass@host", "xxxxx@host"},
+	}
+	for _, tc := range cases {
+		if got := redactURL(tc.in); got != tc.want {
+			t.Errorf("redactURL(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -67,6 +68,7 @@ type Publisher struct {
 	gen   *pubGen       // nil while no channel is open
 	ready chan struct{} // closed while gen != nil
 	ring  ring
+	seq   int64 // the last value of publishSeqHeader
 
 	closing chan struct{}
 	done    chan struct{}
@@ -113,8 +115,8 @@ func OpenPublisher(ctx context.Context, conn *Conn, opts PublisherOptions) (*Pub
 
 // Publish publishes msg and waits for the outcome: nil only when the broker
 // confirmed the message and routed it to a queue; otherwise an
-// *UnroutableError, a *NackError, or an *IndeterminateError (also when ctx
-// ends first).
+// *UnroutableError, a *NackError, an *IndeterminateError (also when ctx ends
+// first), or an *InvalidMessageError when AMQP cannot carry msg.
 func (p *Publisher) Publish(ctx context.Context, msg Message) error {
 	pd, err := p.PublishAsync(ctx, msg)
 	if err != nil {
@@ -154,8 +156,8 @@ func (pd *Pending) Wait(ctx context.Context) error {
 // PublishAsync writes msg to the broker and returns without waiting for the
 // confirm, so a caller keeps many publishes in flight. It waits only for a
 // free slot in the window and for an open channel. An error means nothing was
-// published: ctx ended, the Publisher is closed, or the message cannot be
-// encoded (a header value of a type AMQP cannot carry).
+// published: ctx ended, the Publisher or its Conn is closed (ErrClosed), or
+// the message cannot be encoded (*InvalidMessageError).
 func (p *Publisher) PublishAsync(ctx context.Context, msg Message) (*Pending, error) {
 	pd := &Pending{done: make(chan struct{}), exchange: msg.Exchange, routingKey: msg.RoutingKey, msgID: msg.MessageId}
 	if err := p.publish(ctx, &msg, pd, nil); err != nil {
@@ -166,10 +168,11 @@ func (p *Publisher) PublishAsync(ctx context.Context, msg Message) (*Pending, er
 
 // PublishFunc is PublishAsync with a callback instead of a Pending: done is
 // called exactly once with the outcome (see Publisher.Publish), from the
-// Publisher's confirm goroutine, so it must not block and must not publish
-// on the same Publisher (that could wait for a slot only this goroutine
-// frees); acknowledging a Delivery there is the intended use. When PublishFunc returns an error,
-// nothing was published and done is never called.
+// Publisher's confirm goroutine (or from Close, for the publishes it stops
+// waiting for), so it must not block and must not publish on the same
+// Publisher (that could wait for a slot only this goroutine frees);
+// acknowledging a Delivery there is the intended use. When PublishFunc
+// returns an error, nothing was published and done is never called.
 func (p *Publisher) PublishFunc(ctx context.Context, msg Message, done func(error)) error {
 	return p.publish(ctx, &msg, nil, done)
 }
@@ -177,6 +180,12 @@ func (p *Publisher) PublishFunc(ctx context.Context, msg Message, done func(erro
 func (p *Publisher) publish(ctx context.Context, msg *Message, pd *Pending, fn func(error)) (err error) {
 	if p.closed.Load() {
 		return ErrClosed
+	}
+	// amqp091-go shuts the whole connection down when it cannot encode a
+	// frame, failing every publish in flight on it: refuse such a message
+	// here, before it takes a slot.
+	if err := validate(msg); err != nil {
+		return err
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -198,6 +207,8 @@ func (p *Publisher) publish(ctx context.Context, msg *Message, pd *Pending, fn f
 	if msg.DeliveryMode == 0 {
 		msg.DeliveryMode = amqp.Persistent
 	}
+	headers := msg.Headers // the caller's table: never modified
+	id := retKey{msgID: msg.MessageId, exchange: msg.Exchange, key: msg.RoutingKey}
 	for {
 		if err := p.conn.waitUnblocked(ctx); err != nil {
 			return err
@@ -216,16 +227,22 @@ func (p *Publisher) publish(ctx context.Context, msg *Message, pd *Pending, fn f
 			}
 			continue
 		}
+		// A return names no delivery tag: a publish whose twin (same message
+		// id, exchange and routing key) awaits its confirm carries a stamp
+		// to be told apart by. A stamp the caller's headers bring along (a
+		// message passed on as received) is not ours and is dropped.
+		var seq int64
+		msg.Headers = headers
+		if !msg.NotMandatory && p.ring.pending(id) {
+			p.seq++
+			seq = p.seq
+			msg.Headers = withHeader(headers, publishSeqHeader, seq)
+		} else if _, ok := headers[publishSeqHeader]; ok {
+			msg.Headers = withHeader(headers, publishSeqHeader, nil)
+		}
 		// The ring append happens under the same lock as the write, so the
 		// confirm loop never sees a confirm before its entry.
 		dc, err := g.ch.PublishWithDeferredConfirm(msg.Exchange, msg.RoutingKey, !msg.NotMandatory, false, msg.Publishing)
-		if err != nil && msg.Headers.Validate() != nil {
-			// Refused before anything was written (a header of a type AMQP
-			// cannot carry): the message itself is wrong. Checked only
-			// here, off the path of every publish.
-			p.mu.Unlock()
-			return fmt.Errorf("publish message %q to %s: %w", msg.MessageId, exchangeName(msg.Exchange), err)
-		}
 		if err != nil || dc == nil {
 			p.mu.Unlock()
 			// Nothing reached the broker: the channel is closed or closing
@@ -239,7 +256,7 @@ func (p *Publisher) publish(ctx context.Context, msg *Message, pd *Pending, fn f
 		}
 		p.ring.push(entry{
 			tag: dc.DeliveryTag, exchange: msg.Exchange, key: msg.RoutingKey, msgID: msg.MessageId,
-			pd: pd, fn: fn,
+			seq: seq, mandatory: !msg.NotMandatory, pd: pd, fn: fn,
 		})
 		p.mu.Unlock()
 		p.published.Add(1)
@@ -249,7 +266,9 @@ func (p *Publisher) publish(ctx context.Context, msg *Message, pd *Pending, fn f
 
 // await waits until done is closed or a slot is taken on slots (whichever
 // is given), and returns ctx's error or ErrClosed when ctx ends or the
-// Publisher closes first.
+// Publisher or its Conn closes first. A closed Conn never gives the
+// Publisher another channel, and a publish without a deadline would wait
+// for one for ever.
 func (p *Publisher) await(ctx context.Context, done <-chan struct{}, slots chan<- struct{}) error {
 	select {
 	case <-done:
@@ -260,6 +279,8 @@ func (p *Publisher) await(ctx context.Context, done <-chan struct{}, slots chan<
 		return ctx.Err()
 	case <-p.closing:
 		return ErrClosed
+	case <-p.conn.closing:
+		return fmt.Errorf("publishing connection %q: %w", p.conn.Name(), ErrClosed)
 	}
 }
 
@@ -278,9 +299,13 @@ func (p *Publisher) Stats() PublisherStats {
 
 // Close stops accepting publishes, waits up to CloseTimeout for the
 // outstanding confirms, fails the rest as indeterminate and closes the
-// channel. It is idempotent and leaves the Conn open.
+// channel. It returns within CloseTimeout and twice the Conn's OpTimeout,
+// even when the broker reads nothing (a resource alarm): the channel is then
+// left to close with the connection. It is idempotent and leaves the Conn
+// open.
 func (p *Publisher) Close() error {
 	p.once.Do(func() {
+		start := time.Now()
 		p.closed.Store(true)
 		// Holding every slot means no publish awaits a confirm.
 		t := time.NewTimer(p.opts.CloseTimeout)
@@ -300,7 +325,22 @@ func (p *Publisher) Close() error {
 		if g != nil {
 			_ = p.conn.call(context.Background(), "close publishing channel", g.ch.Close)
 		}
-		<-p.done
+		// A broker that reads nothing sends neither the confirms nor the
+		// close-ok, and the confirm goroutine waits for the connection to
+		// die. Fail what it still holds instead of waiting with it: under
+		// p.mu, so it finds the ring empty when it ends and no callback
+		// runs twice.
+		wait := time.NewTimer(p.conn.opts.OpTimeout)
+		defer wait.Stop()
+		select {
+		case <-p.done:
+		case <-wait.C:
+			p.mu.Lock()
+			left := p.ring.takeAll()
+			p.mu.Unlock()
+			p.log.Warn("publishing channel did not close; failing the publishes in flight", "in_flight", len(left), "duration", time.Since(start).Round(time.Millisecond))
+			p.fail(left, fmt.Errorf("publishing channel on connection %q did not close within %s (is the broker blocking the connection?): %w", p.conn.Name(), p.conn.opts.OpTimeout, ErrClosed))
+		}
 	})
 	return nil
 }
@@ -414,6 +454,11 @@ func (p *Publisher) run(g *pubGen) {
 	if len(left) > 0 || !errors.Is(cause, ErrClosed) {
 		p.log.Warn("publishing channel closed", "error", cause, "in_flight", len(left))
 	}
+	p.fail(left, cause)
+}
+
+// fail completes entries taken from the ring as indeterminate, with cause.
+func (p *Publisher) fail(left []entry, cause error) {
 	for i := range left {
 		e := &left[i]
 		p.indeterminate.Add(1)
@@ -436,10 +481,8 @@ func (p *Publisher) drainReturns(returns chan amqp.Return) chan amqp.Return {
 	return nil
 }
 
-// onReturn marks the pending publishes the return belongs to. A return
-// carries no delivery tag, so it is matched by message id, exchange and
-// routing key; when several unconfirmed publishes match, all are marked, so
-// a returned message is never reported as routed.
+// onReturn marks the pending publish the return belongs to (see
+// ring.markReturned).
 func (p *Publisher) onReturn(r *amqp.Return) {
 	p.mu.Lock()
 	n := p.ring.markReturned(r)
@@ -480,10 +523,35 @@ func (p *Publisher) complete(e *entry, err error) {
 	close(e.pd.done)
 }
 
+// publishSeqHeader is a header the Publisher adds to a mandatory publish
+// only when another publish with the same message id, exchange and routing
+// key awaits its confirm: its value (int64) is a sequence number of the
+// Publisher, by which the broker's basic.return, which carries the message
+// but no delivery tag, names the one publish it belongs to. Every other
+// publish goes without it, and the Publisher removes it from the headers a
+// caller passes in. Consumers see it on such messages and may ignore it.
+const publishSeqHeader = "x-acemq-publish-seq"
+
+// withHeader returns a copy of t with key set to v, or removed when v is nil.
+func withHeader(t amqp.Table, key string, v any) amqp.Table {
+	out := make(amqp.Table, len(t)+1)
+	for k, x := range t {
+		out[k] = x
+	}
+	if v == nil {
+		delete(out, key)
+	} else {
+		out[key] = v
+	}
+	return out
+}
+
 // entry is one publish awaiting its confirm.
 type entry struct {
 	tag                  uint64
 	exchange, key, msgID string
+	seq                  int64 // publishSeqHeader's value; 0 when not stamped
+	mandatory            bool  // only a mandatory publish can be returned
 	returned             bool
 	retCode              uint16
 	retText              string
@@ -491,17 +559,44 @@ type entry struct {
 	fn                   func(error)
 }
 
+// retKey is what a basic.return says of the publish it belongs to.
+type retKey struct{ msgID, exchange, key string }
+
+func (e *entry) retKey() retKey { return retKey{msgID: e.msgID, exchange: e.exchange, key: e.key} }
+
 // ring is a FIFO of entries in delivery-tag order; confirms arrive in the
 // same order (amqp091-go resequences them).
 type ring struct {
 	buf  []entry
 	head int
 	n    int
+	// keys counts the mandatory entries per retKey. Because a publish is
+	// stamped whenever its key is already counted, at most one entry per
+	// key is unstamped.
+	keys map[retKey]int
 }
 
-func newRing(size int) ring { return ring{buf: make([]entry, size)} }
+func newRing(size int) ring { return ring{buf: make([]entry, size), keys: make(map[retKey]int)} }
+
+// pending reports whether a mandatory entry with key k awaits its confirm.
+func (r *ring) pending(k retKey) bool { return r.keys[k] > 0 }
+
+func (r *ring) forget(e *entry) {
+	if !e.mandatory {
+		return
+	}
+	k := e.retKey()
+	if r.keys[k] <= 1 {
+		delete(r.keys, k)
+		return
+	}
+	r.keys[k]--
+}
 
 func (r *ring) push(e entry) {
+	if e.mandatory {
+		r.keys[e.retKey()]++
+	}
 	if r.n == len(r.buf) {
 		// Cannot happen while the window bounds the entries; grow anyway
 		// rather than lose one.
@@ -526,6 +621,7 @@ func (r *ring) pop(tag uint64) (entry, bool) {
 		r.buf[r.head] = entry{}
 		r.head = (r.head + 1) % len(r.buf)
 		r.n--
+		r.forget(&e)
 		if e.tag == tag {
 			return e, true
 		}
@@ -533,12 +629,28 @@ func (r *ring) pop(tag uint64) (entry, bool) {
 	return entry{}, false
 }
 
+// markReturned marks the entry ret belongs to and returns how many entries
+// it marked. A return with publishSeqHeader belongs to the entry with that
+// stamp; one without belongs to the only unstamped entry with its message
+// id, exchange and routing key. Should neither be found, every unmarked
+// entry with that message id, exchange and routing key is marked, so that
+// a returned message is never reported as routed.
 func (r *ring) markReturned(ret *amqp.Return) int {
+	seq, _ := ret.Headers[publishSeqHeader].(int64)
+	k := retKey{msgID: ret.MessageId, exchange: ret.Exchange, key: ret.RoutingKey}
+	mark := func(e *entry) { e.returned, e.retCode, e.retText = true, ret.ReplyCode, ret.ReplyText }
+	for i := range r.n {
+		e := &r.buf[(r.head+i)%len(r.buf)]
+		if e.mandatory && !e.returned && e.seq == seq && e.retKey() == k {
+			mark(e)
+			return 1
+		}
+	}
 	n := 0
 	for i := range r.n {
 		e := &r.buf[(r.head+i)%len(r.buf)]
-		if !e.returned && e.msgID == ret.MessageId && e.exchange == ret.Exchange && e.key == ret.RoutingKey {
-			e.returned, e.retCode, e.retText = true, ret.ReplyCode, ret.ReplyText
+		if e.mandatory && !e.returned && e.retKey() == k {
+			mark(e)
 			n++
 		}
 	}
@@ -553,6 +665,7 @@ func (r *ring) takeAll() []entry {
 		r.buf[j] = entry{}
 	}
 	r.head, r.n = 0, 0
+	clear(r.keys)
 	return out
 }
 
@@ -575,4 +688,131 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// ErrInvalidMessage matches *InvalidMessageError.
+var ErrInvalidMessage = errors.New("message cannot be encoded in AMQP")
+
+// InvalidMessageError reports a publish refused before anything was sent
+// because AMQP cannot carry the message: a short string longer than 255
+// bytes (the exchange, the routing key, MessageId, CorrelationId, ReplyTo,
+// Type, AppId, UserId, ContentType, ContentEncoding, Expiration, or a header
+// key at any depth), or a header value of a type AMQP has no encoding for.
+// The message would fail the same way every time: do not publish it again
+// as it is; dead-letter it or correct it. It takes no window slot and is not
+// counted in PublisherStats.
+type InvalidMessageError struct {
+	Exchange   string
+	RoutingKey string
+	MessageID  string
+	// Field names what is wrong: "exchange", "routing key", a property by
+	// its amqp.Publishing name ("MessageId"), a header key with where it
+	// sits (`header key "k" inside header "outer"[1]`), or "headers" for a
+	// value of an unsupported type.
+	Field string
+	// Len is the field's length in bytes; 0 when a value's type is wrong.
+	Len int
+	// Err is amqp091-go's complaint about a header value; nil for a length.
+	Err error
+}
+
+// Error describes the failure; see the type's comment.
+func (e *InvalidMessageError) Error() string {
+	head := fmt.Sprintf("message %q to %s with routing key %q cannot be published",
+		clip(e.MessageID), exchangeName(clip(e.Exchange)), clip(e.RoutingKey))
+	if e.Err != nil {
+		return fmt.Sprintf("%s: %s: %v; give header values a type AMQP carries (string, integer, float, bool, []byte, time.Time, amqp.Decimal, amqp.Table, []any or nil)",
+			head, e.Field, e.Err)
+	}
+	return fmt.Sprintf("%s: %s is %d bytes long, over the AMQP limit of %d bytes; shorten it", head, e.Field, e.Len, shortstrMax)
+}
+
+// Is reports whether target is ErrInvalidMessage.
+func (e *InvalidMessageError) Is(target error) bool { return target == ErrInvalidMessage }
+
+// Unwrap returns amqp091-go's error, if any.
+func (e *InvalidMessageError) Unwrap() error { return e.Err }
+
+// shortstrMax is the length limit, in bytes, of an AMQP short string.
+const shortstrMax = 255
+
+// validate returns an *InvalidMessageError when amqp091-go could not encode
+// m. It allocates nothing for a valid message.
+func validate(m *Message) error {
+	invalid := func(field string, n int, err error) error {
+		return &InvalidMessageError{Exchange: m.Exchange, RoutingKey: m.RoutingKey, MessageID: m.MessageId, Field: field, Len: n, Err: err}
+	}
+	short := [...]struct{ name, v string }{
+		{"exchange", m.Exchange},
+		{"routing key", m.RoutingKey},
+		{"MessageId", m.MessageId},
+		{"CorrelationId", m.CorrelationId},
+		{"ReplyTo", m.ReplyTo},
+		{"Type", m.Type},
+		{"AppId", m.AppId},
+		{"UserId", m.UserId},
+		{"ContentType", m.ContentType},
+		{"ContentEncoding", m.ContentEncoding},
+		{"Expiration", m.Expiration},
+	}
+	for _, f := range short {
+		if len(f.v) > shortstrMax {
+			return invalid(f.name, len(f.v), nil)
+		}
+	}
+	if len(m.Headers) == 0 {
+		return nil
+	}
+	if key, n, where := longKey(m.Headers); n > 0 {
+		field := fmt.Sprintf("header key %q", clip(key))
+		if where != "" {
+			field += " inside header " + where
+		}
+		return invalid(field, n, nil)
+	}
+	if err := m.Headers.Validate(); err != nil {
+		return invalid("headers", 0, err)
+	}
+	return nil
+}
+
+// longKey finds a key longer than a short string in v, a header value, at
+// any depth. It returns the key, its length (0 when there is none) and
+// where its table sits below v: "" for v itself, `"outer"`, `"list"[1]`,
+// `"a"."b"`.
+func longKey(v any) (key string, n int, where string) {
+	switch v := v.(type) {
+	case amqp.Table:
+		for k, x := range v {
+			if len(k) > shortstrMax {
+				return k, len(k), ""
+			}
+			if key, n, where := longKey(x); n > 0 {
+				if where != "" && where[0] != '[' {
+					where = "." + where
+				}
+				return key, n, fmt.Sprintf("%q", k) + where
+			}
+		}
+	case []any:
+		for i, x := range v {
+			if key, n, where := longKey(x); n > 0 {
+				return key, n, fmt.Sprintf("[%d]", i) + where
+			}
+		}
+	}
+	return "", 0, ""
+}
+
+// clip shortens s for an error message to its first 40 bytes and "…".
+func clip(s string) string {
+	const keep = 40
+	if len(s) <= keep {
+		return s
+	}
+	i := keep
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + "…"
 }
