@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"context"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -15,4 +16,13 @@ func SetHeadScanEvery(t interface{ Cleanup(func()) }, d time.Duration) {
 	old := headScanEvery
 	headScanEvery = d
 	t.Cleanup(func() { headScanEvery = old })
+}
+
+// BatchSetting returns setting name as the transaction of a locked batch
+// sees it.
+func BatchSetting(b any, name string) (string, error) {
+	var v string
+	lb := b.(*lockedBatch)
+	err := lb.conn.QueryRow(context.Background(), "SELECT current_setting($1)", name).Scan(&v)
+	return v, err
 }

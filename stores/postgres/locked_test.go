@@ -297,3 +297,17 @@ func TestClaimLockedTakesALeaseOfMonths(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A locked batch commits asynchronously (claimSettings says why) and walks
+// the pending index in id order.
+func TestClaimLockedTransactionSettings(t *testing.T) {
+	s, _, _ := lockedEnv(t, stores.Options{}, 1)
+	b := claimLocked(t, s, "a", 10, time.Minute)
+	for name, want := range map[string]string{"synchronous_commit": "off", "enable_seqscan": "off", "idle_in_transaction_session_timeout": "1min"} {
+		got, err := postgres.BatchSetting(b, name)
+		if err != nil || got != want {
+			t.Errorf("%s in the batch's transaction = %q, %v; want %q", name, got, err, want)
+		}
+	}
+	b.Abort()
+}
