@@ -17,7 +17,6 @@ package postgres
 import (
 	"context"
 	"embed"
-	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -182,5 +181,3 @@ func (s *Store) CheckSchema(ctx context.Context) error {
 	}
 	return nil
 }
-
-var errVanished = errors.New("claim neither inserted nor found after retries")

@@ -90,3 +90,84 @@ VALUES ('b', 'claimed', nextval('acemq_idempotency_token'), 'other', now(), now(
 		t.Fatalf("claiming a after the failed batch: %v, want claimed (the failed batch's claim released)", c.State)
 	}
 }
+
+// TestAKeyThatKeepsVanishingIsInProgress makes key b vanish between the
+// claim statement and the look-up (inserted by another session, hidden from
+// the statement's snapshot, then deleted while the look-up waits behind a
+// table lock) as often as the store retries it. b is answered in progress
+// (its delivery comes round and claims then) and a keeps its claim. Before,
+// the whole batch failed over b, and a's claim, taken, stayed held by
+// nobody until its lease ended.
+func TestAKeyThatKeepsVanishingIsInProgress(t *testing.T) {
+	ctx := t.Context()
+	s := openMigrated(t)
+	old := maxClaimRounds
+	maxClaimRounds = 1
+	t.Cleanup(func() { maxClaimRounds = old })
+	inserter, err := s.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inserter.Release()
+	itx, err := inserter.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer itx.Rollback(context.Background())
+	if _, err := itx.Exec(ctx, `INSERT INTO acemq_idempotency (key, state, token, owner, claimed_at, expires_at)
+VALUES ('b', 'claimed', nextval('acemq_idempotency_token'), 'other', now(), now() + interval '1 hour')`); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		claims []core.Claim
+		err    error
+	}
+	claimed := make(chan result, 1)
+	go func() {
+		c, err := s.TryClaimBatch(ctx, []core.ClaimRequest{{Key: "a", Owner: "me", Lease: time.Hour}, {Key: "b", Owner: "me", Lease: time.Hour}})
+		claimed <- result{c, err}
+	}()
+	blocked := make(chan error, 1)
+	waitBlockedOrDone(t, s, blocked, "%INSERT INTO acemq_idempotency%")
+
+	locker, err := s.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer locker.Release()
+	ltx, err := locker.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ltx.Rollback(context.Background())
+	locked := make(chan error, 1)
+	go func() {
+		_, err := ltx.Exec(ctx, `LOCK TABLE acemq_idempotency IN ACCESS EXCLUSIVE MODE`)
+		locked <- err
+	}()
+	waitBlockedOrDone(t, s, locked, "LOCK TABLE acemq_idempotency%")
+	// b commits: the claim statement ends with b hidden, and the look-up
+	// queues behind the table lock; b is gone when it runs.
+	if err := itx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-locked; err != nil {
+		t.Fatal(err)
+	}
+	waitBlockedOrDone(t, s, blocked, "SELECT key, state, owner, expires_at FROM acemq_idempotency%")
+	if _, err := ltx.Exec(ctx, `DELETE FROM acemq_idempotency WHERE key = 'b'`); err != nil {
+		t.Fatal(err)
+	}
+	if err := ltx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var r result
+	select {
+	case r = <-claimed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("TryClaimBatch did not return within 30s")
+	}
+	if r.err != nil || len(r.claims) != 2 || r.claims[0].State != core.Claimed || r.claims[1].State != core.InProgress {
+		t.Fatalf("TryClaimBatch(a, b) = %+v, %v; want a claimed and b in progress", r.claims, r.err)
+	}
+}
