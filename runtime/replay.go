@@ -235,6 +235,11 @@ func (r *replayer) one(ctx context.Context, d *broker.Delivery) bool {
 	case target == "":
 		return r.leave(d, act, fmt.Errorf("message %q in queue %q has no %s header and the queue name does not end in %q or %q; name the queue to replay it to",
 			id, r.opts.From, HeaderFailedQueue, DeadLetterQueue(""), ParkedQueue("")), "no queue to replay it to")
+	case target == r.opts.From:
+		// Its failed queue is the one it is in (moved back by hand, say):
+		// replayed, it would lose its reason and go round again.
+		return r.leave(d, act, fmt.Errorf("message %q in queue %q names that queue in its %s header; name the queue to replay it to with --to",
+			id, r.opts.From, HeaderFailedQueue), "it would go back to the queue it is in")
 	case env.Replays+1 > r.opts.MaxReplays && isParked(r.opts.From, failedQueue):
 		act.Left = fmt.Sprintf("replayed %d time(s), the limit is %d; raise --max-replays to replay it again", env.Replays, r.opts.MaxReplays)
 		return r.leave(d, act, nil, "")
@@ -262,7 +267,11 @@ func (r *replayer) one(ctx context.Context, d *broker.Delivery) bool {
 	}
 
 	p := republishing(d.Delivery)
-	if !act.Parked {
+	if act.Parked {
+		// Kept until someone looks, whatever its sender chose (the broker's
+		// own dead-lettering keeps a transient message transient).
+		p.DeliveryMode, p.Expiration = amqp.Persistent, ""
+	} else {
 		// FLOW-FORMAT §2: a replay keeps the envelope, resets the attempt
 		// and counts itself; the error headers belong to the failure it ends.
 		for k := range p.Headers {

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/acemq/acemq-flow/runtime/broker"
 	"github.com/acemq/acemq-flow/test/queuetest"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -247,5 +248,40 @@ func TestReplayLeavesAMessageWithNoQueueToGoBackTo(t *testing.T) {
 	q.WaitDepth(holding, 1)
 	if got := ids(q.Drain(target)); !slices.Equal(got, []string{"known"}) {
 		t.Errorf("target holds %v, want [known]", got)
+	}
+}
+
+// A transient message (the broker's own dead-lettering keeps a message's
+// delivery mode) is parked persistent; and a message whose failed-queue
+// header names the queue it is in stays there, with its reason, rather than
+// going round to the back of it.
+func TestReplayParksPersistentAndNeverIntoTheQueueItIsIn(t *testing.T) {
+	q := queuetest.New(t)
+	target := q.Queue("orders.charge")
+	dlq := q.Queue("orders.charge.dlq")
+	parked := q.Queue("orders.charge.parked")
+	h := failedHeaders(target, 5)
+	h[HeaderReplays] = int64(3)
+	if err := q.Pub.Publish(t.Context(), broker.Message{RoutingKey: dlq, Publishing: amqp.Publishing{
+		MessageId: "transient", DeliveryMode: amqp.Transient, Expiration: "600000", Headers: h, Body: []byte(`{}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Replay(t.Context(), q.URL, ReplayOptions{From: dlq}); err != nil {
+		t.Fatalf("Replay(%s) = %v", dlq, err)
+	}
+	p := q.Drain(parked)
+	if len(p) != 1 || p[0].DeliveryMode != amqp.Persistent || p[0].Expiration != "" {
+		t.Fatalf("parked %v, want the message persistent, without expiration", p)
+	}
+
+	holding := q.Queue("holding")
+	q.Put(holding, "moved-by-hand", failedHeaders(holding, 5), `{}`)
+	sum, err := Replay(t.Context(), q.URL, ReplayOptions{From: holding})
+	if err == nil || !strings.Contains(err.Error(), "--to") || sum.Moved != 0 || sum.Left != 1 {
+		t.Fatalf("Replay(%s) = %+v, %v; want the message left, the error asking for --to", holding, sum, err)
+	}
+	got := q.Drain(holding)
+	if len(got) != 1 || strHeader(got[0].Headers[HeaderError]) != "charge declined" || ReadEnvelope(got[0]).Replays != 0 {
+		t.Fatalf("holding keeps %v, want the message as it was", got)
 	}
 }
