@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -79,5 +80,36 @@ func TestRequestToProtoAlwaysSendsALimit(t *testing.T) {
 		if ms := requestToProto(1, Request{}, d).GetTimeoutMs(); ms != 1 {
 			t.Errorf("requestToProto(timeout %s): timeout_ms = %d, want 1 (0 means no limit)", d, ms)
 		}
+	}
+}
+
+// A call is sent with the time it has left when it is sent, not when it
+// began: one that waited for a restart has less, and a plugin told it had
+// the whole timeout would run past the host's wait and be taken for hung.
+func TestACallTellsThePluginTheTimeItHasLeft(t *testing.T) {
+	p := startInProcess(t, map[string]sdk.Handler{
+		"deadline": {Func: func(ctx context.Context, _ *sdk.Request) (*sdk.Result, error) {
+			d, ok := ctx.Deadline()
+			if !ok {
+				return &sdk.Result{Payload: []byte("none")}, nil
+			}
+			return &sdk.Result{Payload: []byte(strconv.FormatInt(time.Until(d).Milliseconds(), 10))}, nil
+		}},
+	})
+	l, stop := p.limit(t.Context())
+	defer stop()
+	// The call began 1.7 s of its 2 s ago (it waited for a restart).
+	l.deadline = time.Now().Add(300 * time.Millisecond)
+	inst, err := p.running(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := inst.call(l, Request{Handler: "deadline"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := strconv.Atoi(string(resp.GetOutput().GetPayload()))
+	if err != nil || ms > 300 {
+		t.Fatalf("the handler had %s ms, want at most 300 (what the call had left)", resp.GetOutput().GetPayload())
 	}
 }

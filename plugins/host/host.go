@@ -212,7 +212,8 @@ func (p *Plugin) Describe(ctx context.Context) ([]HandlerInfo, error) {
 	if err != nil {
 		return nil, fmt.Errorf("plugin %q: describe: %w", p.cfg.Name, err)
 	}
-	ctx, cancel := context.WithTimeoutCause(ctx, l.left, p.timeoutErr)
+	left, _ := l.left()
+	ctx, cancel := context.WithTimeoutCause(ctx, left, p.timeoutErr)
 	defer cancel()
 	hs, err := inst.describe(ctx)
 	if err != nil {
@@ -244,12 +245,8 @@ func (p *Plugin) Call(ctx context.Context, req Request) (Result, error) {
 
 // limit starts the clock of one call; stop releases its timer.
 func (p *Plugin) limit(ctx context.Context) (l limit, stop func() bool) {
-	left := p.cfg.Timeout
-	if d, ok := ctx.Deadline(); ok {
-		left = min(left, time.Until(d))
-	}
 	t := time.NewTimer(p.cfg.Timeout)
-	return limit{ctx: ctx, expire: t.C, deadline: time.Now().Add(p.cfg.Timeout), err: p.timeoutErr, left: left, grace: p.grace}, t.Stop
+	return limit{ctx: ctx, expire: t.C, deadline: time.Now().Add(p.cfg.Timeout), err: p.timeoutErr, grace: p.grace}, t.Stop
 }
 
 // Restarts returns how many times the plugin was restarted after a crash.

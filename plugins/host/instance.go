@@ -175,12 +175,24 @@ type limit struct {
 	// once the runtime runs the timer, which a busy machine delays: a check
 	// of the time is exact.
 	deadline time.Time
-	err      error         // what expire means
-	left     time.Duration // the time the call had when it began
+	err      error // what expire means
 	// grace is how long after a call's limit the host still waits for
 	// any answer from the plugin before taking it for hung: a handler
 	// that returns at its own deadline gets its answer in meanwhile.
 	grace time.Duration
+}
+
+// left is the time the call has now: until its limit or its caller's
+// deadline, whichever comes first. Computed when it is sent, not when the
+// call began: a call that waited for a plugin to restart has less, and a
+// plugin told it had the whole timeout would take longer than the host
+// waits for it, and be taken for hung.
+func (l limit) left() (time.Duration, error) {
+	d, err := time.Until(l.deadline), l.err
+	if cd, ok := l.ctx.Deadline(); ok && time.Until(cd) < d {
+		d, err = time.Until(cd), context.DeadlineExceeded
+	}
+	return d, err
 }
 
 // hangGrace is limit.grace for a plugin with the given per-call timeout.
@@ -196,8 +208,9 @@ func (i *instance) call(l limit, req Request) (*proto.HandleResponse, error) {
 	if l.ctx.Err() != nil {
 		return nil, context.Cause(l.ctx)
 	}
-	if l.left <= 0 {
-		return nil, context.DeadlineExceeded
+	left, lerr := l.left()
+	if left <= 0 {
+		return nil, lerr
 	}
 	id := i.nextID.Add(1)
 	ch := make(chan *proto.HandleResponse, 1)
@@ -210,7 +223,7 @@ func (i *instance) call(l limit, req Request) (*proto.HandleResponse, error) {
 	i.mu.Unlock()
 
 	sent := time.Since(i.started)
-	if err := i.send(outgoing{call: requestToProto(id, req, l.left)}, l.left+l.grace); err != nil {
+	if err := i.send(outgoing{call: requestToProto(id, req, left)}, left+l.grace); err != nil {
 		i.forget(id)
 		return nil, err
 	}
