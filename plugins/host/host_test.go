@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -258,6 +260,42 @@ func TestChecksum(t *testing.T) {
 		p := startTestkit(t, Config{SHA256: strings.ToUpper(actual)})
 		if _, err := p.Call(t.Context(), Request{Handler: "echo", Payload: []byte(`1`)}); err != nil {
 			t.Fatal(err)
+		}
+	})
+	t.Run("the file run is the file hashed", func(t *testing.T) {
+		if runtime.GOOS != "linux" {
+			t.Skip("the executable is run by its descriptor on Linux only")
+		}
+		// A binary swapped in at the path between the check and the start
+		// is not the one that runs.
+		dir := t.TempDir()
+		path := filepath.Join(dir, "plugin")
+		copyFile(t, testkitBin, path)
+		var before syscall.Stat_t
+		if err := syscall.Stat(path, &before); err != nil {
+			t.Fatal(err)
+		}
+		r, err := newProcRunner(Config{Name: "testkit", Command: path, SHA256: actual}, &exec.Cmd{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		copyFile(t, noHandshakeBin, path+".new")
+		if err := os.Rename(path+".new", path); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = r.Kill(context.Background())
+			_ = r.Wait(context.Background())
+		})
+		var ran syscall.Stat_t
+		if err := syscall.Stat(fmt.Sprintf("/proc/%d/exe", r.Pid()), &ran); err != nil {
+			t.Fatal(err)
+		}
+		if ran.Ino != before.Ino {
+			t.Fatalf("the process runs inode %d; the file hashed was inode %d (the one swapped in is another)", ran.Ino, before.Ino)
 		}
 	})
 	t.Run("a malformed sum is refused", func(t *testing.T) {

@@ -2,6 +2,7 @@ package host
 
 import (
 	"errors"
+	"os"
 	"syscall"
 )
 
@@ -21,4 +22,20 @@ func killGroup(pid int) error {
 		return nil
 	}
 	return err
+}
+
+// execByDescriptor returns the path by which the child runs the open file f
+// itself (its first extra descriptor, 3) when f is an ELF executable and
+// /proc is mounted. A script is run by its path: its interpreter opens the
+// script by the name it is given, and a script finds its own folder from it.
+func execByDescriptor(f *os.File) (string, bool) {
+	magic := make([]byte, 4)
+	n, err := f.ReadAt(magic, 0)
+	if err != nil || n != 4 || string(magic) != "\x7fELF" {
+		return "", false
+	}
+	if _, err := os.Stat("/proc/self/fd"); err != nil {
+		return "", false
+	}
+	return "/proc/self/fd/3", true
 }

@@ -2,6 +2,8 @@ package host
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"maps"
@@ -35,6 +37,10 @@ type procRunner struct {
 	waitErr error         // set before exited is closed
 
 	socketDir string // go-plugin's folder for the plugin's socket; removed on release
+
+	// verified is the executable whose sha256 was checked, open until the
+	// process starts (nil without a sha256).
+	verified *os.File
 }
 
 var _ runner.Runner = (*procRunner)(nil)
@@ -45,6 +51,20 @@ var _ runner.Runner = (*procRunner)(nil)
 func newProcRunner(cfg Config, base *exec.Cmd) (*procRunner, error) {
 	cmd := exec.Command(cfg.Command, cfg.Args...)
 	cmd.Dir = cfg.Dir
+	var verified *os.File
+	if cfg.SHA256 != "" {
+		f, err := openVerified(cfg)
+		if err != nil {
+			return nil, err
+		}
+		verified = f
+		if path, ok := execByDescriptor(f); ok {
+			// The process runs the very file whose bytes were hashed: one
+			// swapped in at the path since then is not looked at.
+			cmd.Path, cmd.Err = path, nil
+			cmd.ExtraFiles = []*os.File{f}
+		}
+	}
 	env := inheritedEnv(os.Environ())
 	for _, k := range slices.Sorted(maps.Keys(cfg.Env)) {
 		env = append(env, k+"="+cfg.Env[k])
@@ -53,13 +73,45 @@ func newProcRunner(cfg Config, base *exec.Cmd) (*procRunner, error) {
 	cmd.SysProcAttr = childProcAttr()
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
+		closeFile(verified)
 		return nil, err
 	}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
+		closeFile(verified)
 		return nil, err
 	}
-	return &procRunner{cfg: cfg, cmd: cmd, stdout: stdout, stderr: stderr, exited: make(chan struct{})}, nil
+	return &procRunner{cfg: cfg, cmd: cmd, stdout: stdout, stderr: stderr, verified: verified, exited: make(chan struct{})}, nil
+}
+
+func closeFile(f *os.File) {
+	if f != nil {
+		_ = f.Close()
+	}
+}
+
+// openVerified opens the file cfg runs and checks its sha256 on the open
+// file; the file stays open, at its start.
+func openVerified(cfg Config) (*os.File, error) {
+	path := executablePath(cfg)
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("plugin %q: cannot verify sha256 of %s: %w", cfg.Name, path, err)
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("plugin %q: cannot verify sha256 of %s: %w", cfg.Name, path, err)
+	}
+	if actual := hex.EncodeToString(h.Sum(nil)); !strings.EqualFold(actual, strings.TrimSpace(cfg.SHA256)) {
+		f.Close()
+		return nil, &ChecksumError{Plugin: cfg.Name, Path: path, Expected: strings.ToLower(cfg.SHA256), Actual: actual}
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("plugin %q: cannot verify sha256 of %s: %w", cfg.Name, path, err)
+	}
+	return f, nil
 }
 
 // inheritedEnv is the part of the runtime's environment a plugin inherits:
@@ -71,7 +123,10 @@ func inheritedEnv(environ []string) []string {
 }
 
 func (r *procRunner) Start(context.Context) error {
-	if err := r.cmd.Start(); err != nil {
+	err := r.cmd.Start()
+	closeFile(r.verified) // the child has its own copy of the descriptor
+	r.verified = nil
+	if err != nil {
 		return err
 	}
 	r.mu.Lock()
