@@ -21,6 +21,7 @@ const (
 	MaxFileSize = 4 << 20 // bytes read from one flow file
 	maxDepth    = 64      // nesting of mappings and sequences
 	maxNodes    = 200_000 // nodes after alias expansion
+	textWeight  = 64      // bytes of a scalar's text that count as one node
 )
 
 type kind uint8
@@ -326,7 +327,7 @@ func (p *yamlParser) count(pos Pos, n int) bool {
 	if p.total > maxNodes && !p.failed {
 		p.failed = true
 		p.d.errorf(pos, "too-many-nodes", "remove aliases that expand to huge documents, or split the file",
-			"the file expands to more than %d YAML nodes", maxNodes)
+			"the file expands to more than %d YAML nodes (text counting as one node per %d bytes)", maxNodes, textWeight)
 	}
 	return !p.failed
 }
@@ -406,9 +407,6 @@ func (p *yamlParser) convert(an ast.Node, depth int, key string, inArgs bool) *n
 		return nil
 	}
 	// A scalar.
-	if !p.count(pos, 1) {
-		return nil
-	}
 	out := &node{kind: kScalar, pos: pos, size: 1}
 	switch n := an.(type) {
 	case *ast.NullNode:
@@ -451,8 +449,21 @@ func (p *yamlParser) convert(an ast.Node, depth int, key string, inArgs bool) *n
 			out.value = p.substitute(tk.Value, out)
 		}
 	}
-	if s, ok := out.value.(string); ok && out.subst {
-		out.value = typed(s, key, inArgs)
+	if s, ok := out.value.(string); ok {
+		// Long text weighs as one node per textWeight bytes, so that an
+		// alias repeated to a 1 MB string cannot expand to gigabytes while
+		// counting as a few nodes.
+		out.size += len(s) / textWeight
+		if out.subst {
+			out.value = typed(s, key, inArgs)
+		}
+	}
+	if f, ok := out.value.(float64); ok && (math.IsInf(f, 0) || math.IsNaN(f)) {
+		p.d.errorf(pos, "not-finite", "write a number", "%v is not a finite number", f)
+		out.value = nil
+	}
+	if !p.count(pos, out.size) {
+		return nil
 	}
 	return out
 }
