@@ -262,8 +262,13 @@ func (b *builder) plugin(name string, n *node, at Pos, dir string) *Plugin {
 	}
 	p.SHA256, _ = b.str(n, "sha256")
 	p.SHA256 = strings.ToLower(p.SHA256)
-	if v, _, ok := b.duration(n, "timeout"); ok {
-		p.Timeout = v
+	if v, pos, ok := b.duration(n, "timeout"); ok {
+		if v == 0 {
+			b.d.errorf(pos, "bad-duration", "give a positive timeout such as 30s, or leave timeout out for the default of "+DefaultTimeout.String(),
+				"plugin %q has a timeout of 0: every call needs a limit", name)
+		} else {
+			p.Timeout = v
+		}
 	}
 	return p
 }
@@ -396,7 +401,9 @@ func (b *builder) schedule(n *node) *Schedule {
 	s := &Schedule{Pos: n.pos, Timezone: "UTC"}
 	s.Name, _ = b.str(n, "name")
 	s.Cron, _ = b.str(n, "cron")
-	if v, _, ok := b.duration(n, "every"); ok {
+	if v, pos, ok := b.duration(n, "every"); ok && v == 0 {
+		b.d.errorf(pos, "invalid-every", "use every: 1s or more", "schedule %q fires every 0s", s.Name)
+	} else if ok {
 		s.Every = v
 	}
 	if tz, _ := b.str(n, "timezone"); tz != "" {

@@ -491,8 +491,10 @@ func checkSet(flows []*Flow, d *diags) {
 				continue
 			}
 			if prev.Path != p.Path || !slices.Equal(prev.Args, p.Args) || !maps.Equal(prev.Env, p.Env) {
-				d.errorf(p.Pos, "plugin-declared-differently", "give the two plugins different names, or declare them the same way",
-					"plugin %q is declared here with a different command, args or env than at %s; logs and metrics name plugins, so one name is one binary", p.Name, prev.Pos)
+				// Plugins are scoped to their file (FLOW-FORMAT §1): both run,
+				// one process each; only their names in logs and metrics meet.
+				d.warnf(p.Pos, "plugin-declared-differently", "give the two plugins different names to tell them apart",
+					"plugin %q is declared here with a different command, args or env than at %s; both run, and logs and metrics name them alike", p.Name, prev.Pos)
 			}
 		}
 	}
