@@ -77,16 +77,37 @@ func (c *fileChecker) name(pos Pos, what, name string) {
 	}
 }
 
+// routingKey refuses a key over 255 bytes: AMQP carries it as a short
+// string (the schema counts characters, and é is two bytes).
+func (c *fileChecker) routingKey(pos Pos, key string) {
+	if len(key) > 255 {
+		c.d.errorf(pos, "out-of-range", "shorten it", "routing key %.40q… is %d bytes long; AMQP carries at most 255", key, len(key))
+	}
+}
+
 func (c *fileChecker) names() {
 	c.name(c.f.Pos, "flow", c.f.Name)
+	for _, it := range c.f.Itineraries {
+		for _, s := range it.Stops {
+			c.routingKey(s.Pos, s.RoutingKey)
+		}
+	}
+	for _, cs := range c.f.Consumers {
+		for _, b := range cs.Bind {
+			c.routingKey(b.Pos, b.RoutingKey)
+		}
+	}
+	for _, s := range c.f.Schedules {
+		c.routingKey(s.Send.Pos, s.Send.RoutingKey)
+	}
 	for _, p := range c.f.Pipelines {
 		c.name(p.Pos, "pipeline", p.Name)
 		seen := map[string]*Step{}
 		for _, s := range p.Steps {
 			c.name(s.Pos, "step", s.Name)
-			if sx := ReservedSuffix(s.Name); sx != "" {
+			if sx := ReservedSuffix("." + s.Name); sx != "" {
 				c.d.errorf(s.Pos, "reserved-suffix", "rename the step; "+sx+" names the runtime's own queues",
-					"step name %q ends in the reserved suffix %q", s.Name, sx)
+					"step %q makes the queue %q, which ends in the reserved suffix %q", s.Name, p.Name+"."+s.Name, sx)
 			}
 			if prev, ok := seen[s.Name]; ok {
 				c.d.errorf(s.Pos, "duplicate-step", "give each step of a pipeline its own name",
@@ -110,9 +131,9 @@ func (c *fileChecker) names() {
 		seen := map[string]*SagaStep{}
 		for _, st := range s.Steps {
 			c.name(st.Pos, "saga step", st.Name)
-			if sx := ReservedSuffix(st.Name); sx != "" {
+			if sx := ReservedSuffix("." + st.Name); sx != "" {
 				c.d.errorf(st.Pos, "reserved-suffix", "rename the step; "+sx+" names the runtime's own queues",
-					"saga step name %q ends in the reserved suffix %q", st.Name, sx)
+					"saga step %q makes the queue %q, which ends in the reserved suffix %q", st.Name, s.Name+"."+st.Name, sx)
 			}
 			if prev, ok := seen[st.Name]; ok {
 				c.d.errorf(st.Pos, "duplicate-step", "give each step of a saga its own name",
