@@ -264,8 +264,11 @@ func (c *fileChecker) pipeline(p *Pipeline) {
 		}
 		if s.Input != "" {
 			c.typeRef(s.Input, s.InputPos, false)
+			// After an output left out (any JSON value, unchecked) a step
+			// may declare what it takes: its input is checked on delivery,
+			// as a first step's is when the pipeline's input is left out.
 			expected := prevOut
-			if i > 0 && expected != OutputNone && prevKnown && expected != s.Input {
+			if i > 0 && expected != OutputNone && expected != "" && prevKnown && expected != s.Input {
 				c.d.errorf(s.InputPos, "type-flow", fmt.Sprintf("make it %s, or change the output of %q", orAny(expected), prevName),
 					"step %q takes input %s but step %q outputs %s", s.Name, s.Input, prevName, orAny(expected))
 			}
