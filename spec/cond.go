@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 
 	"github.com/expr-lang/expr"
 	"github.com/expr-lang/expr/file"
@@ -76,7 +77,7 @@ func compileCondition(src string, payloadType *Type) (Condition, error) {
 		env := reflect.New(reflect.StructOf([]reflect.StructField{{
 			Name: "Payload", Type: envType(payloadType.schema, 0), Tag: `expr:"payload"`,
 		}})).Elem().Interface()
-		if _, err := expr.Compile(src, append(opts, expr.Env(env))...); err != nil {
+		if _, err := expr.Compile(src, append(opts, expr.Env(env))...); err != nil && !unmodelled(err) {
 			return c, err
 		}
 	}
@@ -87,6 +88,21 @@ func compileCondition(src string, payloadType *Type) (Condition, error) {
 	}
 	c.program = prog
 	return c, nil
+}
+
+// unmodelled reports whether a typed compile failed because an object is
+// modelled as a struct (len, keys and values are defined on the decoded
+// JSON map the program runs on, not on a struct) rather than because of
+// the expression: a missing field or a mismatched type names no struct.
+// Such an expression is compiled untyped and checked when it runs.
+func unmodelled(err error) bool {
+	msg := err.Error()
+	var fe *file.Error
+	if errors.As(err, &fe) {
+		msg = fe.Message
+	}
+	msg = firstLine(msg)
+	return strings.Contains(msg, "struct {") && !noField.MatchString(msg)
 }
 
 // exprErrorPos returns the position of an expr compile error inside the

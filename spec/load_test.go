@@ -313,6 +313,7 @@ itineraries:
       - {name: approve, exchange: x, routing_key: k, when: "payload.total > 1000"}
       - {name: pack, exchange: x, routing_key: k2, when: "len(payload.items) > 0"}
       - {name: blow, exchange: x, routing_key: k3, when: "len(1..100000000 | filter(# > 0)) > 0"}
+      - {name: keyed, exchange: x, routing_key: k4, when: "len(keys(payload)) > 1"}
 `)}}
 	set, err := spec.Load(fsys, "f.yaml")
 	if err != nil {
@@ -325,7 +326,10 @@ itineraries:
 		stop    int
 		payload any
 		want    bool
-	}{{0, big, true}, {0, small, false}, {1, big, true}, {1, small, false}} {
+	}{{0, big, true}, {0, small, false}, {1, big, true}, {1, small, false},
+		// A typed payload is checked as a struct, which has no keys; the
+		// expression runs on the decoded map.
+		{3, big, true}, {3, map[string]any{"total": 1.0}, false}} {
 		got, err := stops[tc.stop].When.Eval(tc.payload)
 		if err != nil || got != tc.want {
 			t.Errorf("when %q on %v = %v, %v; want %v", stops[tc.stop].When.Source, tc.payload, got, err, tc.want)
