@@ -330,7 +330,7 @@ func (b *builder) itinerary(n *node) *Itinerary {
 func (b *builder) when(n *node) Condition {
 	v := n.get("when")
 	src, pos := strValue(n, v)
-	return Condition{Source: src, Pos: pos, quoted: v != nil && v.quoted}
+	return Condition{Source: src, Pos: pos, quoted: v != nil && v.quoted, inexact: v != nil && v.inexact}
 }
 
 func (b *builder) consumer(n *node, def Defaults) *Consumer {

@@ -312,7 +312,7 @@ func (c *fileChecker) condition(cond *Condition, input string) {
 	}
 	compiled, err := compileCondition(cond.Source, t)
 	if err != nil {
-		pos, msg := exprErrorPos(err, cond.Pos, cond.quoted)
+		pos, msg := exprErrorPos(err, cond.Pos, cond.quoted, cond.inexact)
 		hint := "fix the expression; `payload` is the message's JSON payload"
 		if t != nil {
 			hint = fmt.Sprintf("fix the expression; `payload` is of type %s with fields %s", t.Name, fieldList(t))

@@ -27,6 +27,7 @@ type Condition struct {
 	Source  string `json:"when,omitempty"`
 	Pos     Pos    `json:"-"`
 	quoted  bool   // written in quotes: its text starts a column after Pos
+	inexact bool   // its text's columns do not follow Pos: errors point at Pos
 	program *vm.Program
 }
 
@@ -107,11 +108,11 @@ func unmodelled(err error) bool {
 
 // exprErrorPos returns the position of an expr compile error inside the
 // expression text, relative to where the value starts.
-func exprErrorPos(err error, at Pos, quoted bool) (Pos, string) {
+func exprErrorPos(err error, at Pos, quoted, inexact bool) (Pos, string) {
 	var fe *file.Error
 	if errors.As(err, &fe) {
 		p := at
-		if fe.Line <= 1 {
+		if fe.Line <= 1 && !inexact {
 			p.Col += fe.Column
 			if quoted {
 				p.Col++

@@ -43,6 +43,9 @@ type node struct {
 	value  any             // kScalar: string, int64, float64, bool or nil
 	subst  bool            // kScalar: the value came (in part) from ${VAR} substitution
 	quoted bool            // kScalar: written in quotes, so its text starts a column after pos
+	// inexact: kScalar text whose columns do not follow pos on one line (a
+	// block or multi-line scalar, escapes, a substitution)
+	inexact bool
 	merged map[string]bool // kMap, while read: keys copied by a merge key (<<), which a key written in the mapping overrides
 	size   int             // nodes below and including this one, aliases expanded
 }
@@ -436,6 +439,10 @@ func (p *yamlParser) convert(an ast.Node, depth int, key string, inArgs bool) *n
 		out.value = p.substitute(n.Value, out)
 		if tk := n.GetToken(); tk != nil {
 			out.quoted = tk.Type == token.SingleQuoteType || tk.Type == token.DoubleQuoteType
+			raw := strings.TrimSpace(tk.Origin)
+			out.inexact = out.subst || strings.ContainsAny(raw, "\n\r") ||
+				(tk.Type == token.DoubleQuoteType && strings.Contains(raw, `\`)) ||
+				(tk.Type == token.SingleQuoteType && strings.Contains(strings.Trim(raw, "'"), "''"))
 		}
 	case *ast.LiteralNode:
 		s := ""
@@ -443,6 +450,7 @@ func (p *yamlParser) convert(an ast.Node, depth int, key string, inArgs bool) *n
 			s = n.Value.Value
 		}
 		out.value = p.substitute(s, out)
+		out.inexact = true
 	default:
 		tk := an.GetToken()
 		if tk != nil {
