@@ -37,17 +37,17 @@ const (
 type node struct {
 	kind   kind
 	pos    Pos
-	keys   []*node         // kMap: scalar key nodes, in file order
-	vals   []*node         // kMap: values, parallel to keys
-	items  []*node         // kSeq
-	value  any             // kScalar: string, int64, float64, bool or nil
-	subst  bool            // kScalar: the value came (in part) from ${VAR} substitution
-	quoted bool            // kScalar: written in quotes, so its text starts a column after pos
+	keys   []*node // kMap: scalar key nodes, in file order
+	vals   []*node // kMap: values, parallel to keys
+	items  []*node // kSeq
+	value  any     // kScalar: string, int64, float64, bool or nil
+	subst  bool    // kScalar: the value came (in part) from ${VAR} substitution
+	quoted bool    // kScalar: written in quotes, so its text starts a column after pos
 	// inexact: kScalar text whose columns do not follow pos on one line (a
 	// block or multi-line scalar, escapes, a substitution)
 	inexact bool
-	merged map[string]bool // kMap, while read: keys copied by a merge key (<<), which a key written in the mapping overrides
-	size   int             // nodes below and including this one, aliases expanded
+	merged  map[string]bool // kMap, while read: keys copied by a merge key (<<), which a key written in the mapping overrides
+	size    int             // nodes below and including this one, aliases expanded
 }
 
 func (n *node) str() (string, bool) {
