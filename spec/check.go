@@ -152,6 +152,9 @@ func (c *fileChecker) names() {
 
 func (c *fileChecker) compileTypes(tc *typeCompiler) {
 	for _, t := range c.f.Types {
+		if t.Name == OutputNone {
+			c.d.errorf(t.Pos, "invalid-name", "rename the type", "a type cannot be named %q: `output: none` means a handler that returns nothing", OutputNone)
+		}
 		s, err := tc.compile(t.Name, t.Schema, t.doc)
 		t.doc = nil
 		if err != nil {
@@ -184,6 +187,10 @@ func typeHint(err error) string {
 	var ro refOutside
 	if errors.As(err, &ro) {
 		return "keep $ref files inside the flow file's folder"
+	}
+	var uf unknownFormat
+	if errors.As(err, &uf) {
+		return "use one of the formats of JSON Schema 2020-12, such as date-time, date, email, uri or uuid"
 	}
 	if strings.Contains(err.Error(), "InfiniteLoop") || strings.Contains(err.Error(), "loop") {
 		return "break the $ref cycle"
@@ -421,7 +428,10 @@ func (c *fileChecker) schedule(s *Schedule) {
 	if s.Every > 0 && s.Every < time.Second {
 		c.d.errorf(s.Pos, "invalid-every", "use every: 1s or more", "schedule %q fires every %s, more often than once a second", s.Name, s.Every)
 	}
-	if _, err := time.LoadLocation(s.Timezone); err != nil {
+	if s.Timezone == "Local" {
+		c.d.errorf(s.Pos, "invalid-timezone", `use an IANA zone name such as "UTC" or "Europe/Paris"`,
+			"schedule %q has timezone Local, which is whatever the machine running the runtime is set to", s.Name)
+	} else if _, err := time.LoadLocation(s.Timezone); err != nil {
 		c.d.errorf(s.Pos, "invalid-timezone", `use an IANA zone name such as "UTC" or "Europe/Paris"`,
 			"schedule %q has an unknown timezone %q", s.Name, s.Timezone)
 	}

@@ -136,12 +136,23 @@ func (e refOutside) Error() string {
 	return fmt.Sprintf("$ref %q points outside the flow file's folder", e.ref)
 }
 
+// unknownFormat is the error for a format the validator does not know.
+type unknownFormat struct{ format string }
+
+func (e unknownFormat) Error() string {
+	return fmt.Sprintf("format %q is not one the validator knows, so it would assert nothing", e.format)
+}
+
 // checkRefs refuses a document whose $refs name a file by an absolute path
 // or through "..": resolved as URLs, they stop at the root of the file
 // system the flows were loaded from, which is the flow file's own folder
 // when it was named alone, so "../b.json" silently read "b.json" beside
 // the flow instead of refusing it. doc is the document as the values
 // encoding/json decodes into an `any`.
+//
+// It also refuses a format the validator does not know: FLOW-FORMAT §1
+// asserts formats, and an unknown one (a typo such as "date_time") would
+// silently assert nothing.
 func checkRefs(doc any) error {
 	var walk func(any) error
 	walk = func(v any) error {
@@ -153,6 +164,14 @@ func checkRefs(doc any) error {
 					if strings.HasPrefix(file, "/") || slices.Contains(strings.Split(file, "/"), "..") {
 						return refOutside{ref: r}
 					}
+				}
+				if f, ok := x.(string); ok && k == "format" {
+					if _, known := jsonschema.Formats[f]; !known {
+						return unknownFormat{format: f}
+					}
+				}
+				if k == "enum" || k == "const" || k == "default" || k == "examples" {
+					continue // data, not schema
 				}
 				if err := walk(x); err != nil {
 					return err

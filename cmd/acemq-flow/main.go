@@ -7,6 +7,9 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	// Zone names resolve from the binary, on a machine or image without
+	// a zoneinfo database as well.
+	_ "time/tzdata"
 )
 
 func main() {
