@@ -143,7 +143,7 @@ defaults:
   prefetch: "${PREFETCH}"
   idempotent: "${IDEM:false}"
 plugins:
-  p: {command: ./p}
+  p: {command: ./p, env: {concurrency: "${PREFETCH}"}}
 consumers:
   - id: audit
     queue: audit.log
@@ -172,6 +172,10 @@ consumers:
 	}
 	if v, ok := args["x-note"].(string); !ok || v != "abc" {
 		t.Errorf("x-note = %#v, want the string abc", args["x-note"])
+	}
+	// A plugin's env holds variables, whatever their names: text.
+	if v := set.Flows[0].Plugins[0].Env["concurrency"]; v != "50" {
+		t.Errorf("plugin env concurrency = %q, want the text 50", v)
 	}
 }
 

@@ -379,7 +379,7 @@ func (p *yamlParser) convert(an ast.Node, depth int, key string, inArgs bool) *n
 	case *ast.MappingNode:
 		out := &node{kind: kMap, pos: pos, size: 1}
 		for _, mv := range n.Values {
-			p.mapValue(out, mv, depth, inArgs)
+			p.mapValue(out, mv, depth, inArgs, key == "env")
 			if p.failed {
 				return nil
 			}
@@ -388,7 +388,7 @@ func (p *yamlParser) convert(an ast.Node, depth int, key string, inArgs bool) *n
 		return out
 	case *ast.MappingValueNode:
 		out := &node{kind: kMap, pos: pos, size: 1}
-		p.mapValue(out, n, depth, inArgs)
+		p.mapValue(out, n, depth, inArgs, key == "env")
 		p.count(pos, 1)
 		return out
 	case *ast.SequenceNode:
@@ -501,7 +501,10 @@ func typed(s, key string, inArgs bool) any {
 	return s
 }
 
-func (p *yamlParser) mapValue(out *node, mv *ast.MappingValueNode, depth int, inArgs bool) {
+// mapValue adds one entry of a mapping to out. In a plugin's env (envVars)
+// the keys are variable names, not the format's keys: a substituted value
+// stays text, whatever its name.
+func (p *yamlParser) mapValue(out *node, mv *ast.MappingValueNode, depth int, inArgs, envVars bool) {
 	if mv == nil {
 		return
 	}
@@ -538,7 +541,11 @@ func (p *yamlParser) mapValue(out *node, mv *ast.MappingValueNode, depth int, in
 		// in (YAML merge keys), before or after the <<.
 		delete(out.merged, name)
 	}
-	child := p.convert(mv.Value, depth+1, name, inArgs || name == "arguments")
+	typedAs := name
+	if envVars {
+		typedAs = ""
+	}
+	child := p.convert(mv.Value, depth+1, typedAs, inArgs || name == "arguments")
 	if p.failed {
 		return
 	}
