@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -52,19 +53,32 @@ func (r *Runtime) adminHandler() http.Handler {
 		}
 		fmt.Fprintln(w, "ready")
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(r.metrics.reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /v1/consumers", func(w http.ResponseWriter, req *http.Request) {
+	// With a token, everything but health and readiness needs it: metrics
+	// and the registry say what runs, and each listing asks the broker for
+	// every queue's depth.
+	guarded := func(h http.HandlerFunc) http.HandlerFunc {
+		return func(w http.ResponseWriter, req *http.Request) {
+			if !r.authorized(req) {
+				writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "this call needs the admin bearer token (Authorization: Bearer <token>)"})
+				return
+			}
+			h(w, req)
+		}
+	}
+	metrics := promhttp.HandlerFor(r.metrics.reg, promhttp.HandlerOpts{})
+	mux.HandleFunc("GET /metrics", guarded(metrics.ServeHTTP))
+	mux.HandleFunc("GET /v1/consumers", guarded(func(w http.ResponseWriter, req *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"consumers": r.Consumers(req.Context())})
-	})
-	mux.HandleFunc("GET /v1/consumers/{id}", func(w http.ResponseWriter, req *http.Request) {
+	}))
+	mux.HandleFunc("GET /v1/consumers/{id}", guarded(func(w http.ResponseWriter, req *http.Request) {
 		st, err := r.Consumer(req.Context(), req.PathValue("id"))
 		if err != nil {
 			writeError(w, err)
 			return
 		}
 		writeJSON(w, http.StatusOK, st)
-	})
-	mux.HandleFunc("POST /v1/messages/first", func(w http.ResponseWriter, req *http.Request) {
+	}))
+	mux.HandleFunc("POST /v1/messages/first", guarded(func(w http.ResponseWriter, req *http.Request) {
 		var body struct {
 			Target  Target          `json:"target"`
 			Payload json.RawMessage `json:"payload"`
@@ -79,7 +93,7 @@ func (r *Runtime) adminHandler() http.Handler {
 			return
 		}
 		writeJSON(w, http.StatusOK, WireMessageOf(msg))
-	})
+	}))
 	change := func(pattern string, fn func(req *http.Request) error) {
 		mux.HandleFunc("POST "+pattern, func(w http.ResponseWriter, req *http.Request) {
 			if !r.authorized(req) {
@@ -109,7 +123,7 @@ func (r *Runtime) adminHandler() http.Handler {
 		}
 		return r.Prefetch(req.PathValue("id"), n)
 	})
-	change("/v1/pause", func(*http.Request) error { r.Pause(); return nil })
+	change("/v1/pause", func(*http.Request) error { return r.Pause() })
 	change("/v1/resume", func(req *http.Request) error { return r.Resume(req.Context()) })
 	return mux
 }
@@ -129,7 +143,7 @@ func intParam(req *http.Request, name string) (int, error) {
 	raw := req.URL.Query().Get(name)
 	if raw == "" {
 		var body map[string]int
-		if err := json.NewDecoder(req.Body).Decode(&body); err == nil {
+		if err := json.NewDecoder(io.LimitReader(req.Body, 4<<10)).Decode(&body); err == nil {
 			if n, ok := body[name]; ok {
 				return n, nil
 			}
@@ -151,6 +165,8 @@ func writeError(w http.ResponseWriter, err error) {
 		code = http.StatusNotFound
 	case errors.As(err, &br), errors.Is(err, ErrGroupSize), errors.Is(err, ErrTooManyConsumers):
 		code = http.StatusBadRequest
+	case errors.Is(err, ErrNotStarted), errors.Is(err, ErrShuttingDown):
+		code = http.StatusServiceUnavailable
 	}
 	writeJSON(w, code, map[string]string{"error": err.Error()})
 }

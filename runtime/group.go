@@ -99,6 +99,11 @@ func (g *group) start(ctx context.Context) error {
 	if g.state == StateRunning {
 		return nil
 	}
+	if g.r.runCtx.Err() != nil {
+		// Run drains, or has returned: a consumer started now would run
+		// on closed connections, with nothing to stop it.
+		return fmt.Errorf("consumer %q: %w", g.c.ID, ErrShuttingDown)
+	}
 	if !g.prepared {
 		if err := g.r.prepare(ctx, g.c); err != nil {
 			return err
@@ -155,6 +160,8 @@ func (g *group) stop() {
 	left := g.remove()
 	g.bg.Wait()
 	g.state = StateStopped
+	// Its queue is checked again when it starts: it may be gone by then.
+	g.prepared = false
 	g.reportDrain(left)
 }
 
@@ -182,11 +189,14 @@ func (g *group) shutdown() {
 // scale sets the number of consumers; scaling down blocks while the removed
 // consumers drain (listeners.txt, "scaling down blocks").
 func (g *group) scale(n int) error {
-	if n < 1 {
-		return ErrGroupSize
+	if n < 1 || n > MaxConsumers {
+		return fmt.Errorf("consumer %q: %w", g.c.ID, ErrGroupSize)
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.r.runCtx.Err() != nil {
+		return fmt.Errorf("consumer %q: %w", g.c.ID, ErrShuttingDown)
+	}
 	g.size = n
 	if g.state != StateRunning {
 		return nil

@@ -13,12 +13,23 @@ import (
 var ErrUnknownConsumer = errors.New("no such consumer")
 
 func (r *Runtime) group(id string) (*group, error) {
+	if !r.running() {
+		return nil, fmt.Errorf("consumer %q: %w", id, ErrNotStarted)
+	}
 	g, ok := r.groups[id]
-	if !ok || !r.running() {
+	if !ok {
 		return nil, fmt.Errorf("%w %q; `acemq-flow consumers list` shows the ids", ErrUnknownConsumer, id)
 	}
 	return g, nil
 }
+
+// ErrNotStarted is returned by the registry's calls while Run has not
+// started the consumers yet.
+var ErrNotStarted = errors.New("the runtime has not started its consumers yet; try again once /readyz says ready")
+
+// ErrShuttingDown is returned by calls that would start or grow consumers
+// once the runtime is draining.
+var ErrShuttingDown = errors.New("the runtime is shutting down")
 
 // running reports whether Run has started the groups; after that the
 // groups map is never written again, so reading it needs no lock.
@@ -62,7 +73,7 @@ func (r *Runtime) Start(ctx context.Context, id string) error {
 		return err
 	}
 	if err := r.ensurePlugin(ctx, g.c); err != nil {
-		return err
+		return fmt.Errorf("consumer %q: %w", id, err)
 	}
 	return g.start(ctx)
 }
@@ -85,6 +96,10 @@ func (r *Runtime) Scale(id string, n int) error {
 	if err != nil {
 		return err
 	}
+	// One scale at a time, so that two on different groups cannot each
+	// find room for themselves and together pass the limit.
+	r.scaleMu.Lock()
+	defer r.scaleMu.Unlock()
 	if n > 0 {
 		others := 0
 		for _, o := range r.groups {
@@ -94,9 +109,11 @@ func (r *Runtime) Scale(id string, n int) error {
 				o.mu.Unlock()
 			}
 		}
-		if others+n > MaxConsumers {
-			return fmt.Errorf("%w: consumer %q at %d would make %d consumers in this runtime, more than the %d one runtime runs; the most it can have now is %d",
-				ErrTooManyConsumers, id, n, others+n, MaxConsumers, MaxConsumers-others)
+		// Compared without adding, which a size near the largest int
+		// would wrap below the limit.
+		if n > MaxConsumers-others {
+			return fmt.Errorf("%w: consumer %q at %d would make more than the %d consumers one runtime runs; the most it can have now is %d",
+				ErrTooManyConsumers, id, n, MaxConsumers, MaxConsumers-others)
 		}
 	}
 	return g.scale(n)
@@ -157,7 +174,10 @@ func (r *Runtime) Prefetch(id string, n int) error {
 
 // Pause stops every running consumer (each drained), remembering which, so
 // that Resume starts them again: the tool for shedding load.
-func (r *Runtime) Pause() {
+func (r *Runtime) Pause() error {
+	if !r.running() {
+		return ErrNotStarted
+	}
 	r.pauseMu.Lock()
 	defer r.pauseMu.Unlock()
 	var wg sync.WaitGroup
@@ -173,10 +193,14 @@ func (r *Runtime) Pause() {
 	}
 	wg.Wait()
 	r.log.Info("consuming paused", "consumers", len(r.paused))
+	return nil
 }
 
 // Resume starts the consumers Pause stopped.
 func (r *Runtime) Resume(ctx context.Context) error {
+	if !r.running() {
+		return ErrNotStarted
+	}
 	r.pauseMu.Lock()
 	defer r.pauseMu.Unlock()
 	var errs []error

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"strings"
 	"testing"
@@ -115,8 +116,13 @@ func TestRegistryStartsStopsScalesAndPauses(t *testing.T) {
 		t.Fatal(err)
 	}
 	consumersOn("p.a", 1)
-	if err := rt.Scale("p.a", 0); !errors.Is(err, runtime.ErrGroupSize) || err.Error() != "a group needs at least one consumer" {
-		t.Errorf("Scale(0) = %v, want %q", err, "a group needs at least one consumer")
+	if err := rt.Scale("p.a", 0); !errors.Is(err, runtime.ErrGroupSize) || err.Error() != `consumer "p.a": a group needs at least one consumer` {
+		t.Errorf("Scale(0) = %v, want %q", err, `consumer "p.a": a group needs at least one consumer`)
+	}
+	// A size near the largest int wrapped the sum with the other groups
+	// below the limit, and the scale then subscribed without end.
+	if err := rt.Scale("p.a", math.MaxInt-1); !errors.Is(err, runtime.ErrTooManyConsumers) {
+		t.Errorf("Scale(MaxInt-1) = %v, want ErrTooManyConsumers", err)
 	}
 	// More consumers than one connection has channels for is refused,
 	// and so is a prefetch basic.qos cannot carry; neither is kept.
@@ -155,7 +161,9 @@ func TestRegistryStartsStopsScalesAndPauses(t *testing.T) {
 	}
 	consumersOn("late.q", 1)
 
-	rt.Pause()
+	if err := rt.Pause(); err != nil {
+		t.Fatal(err)
+	}
 	consumersOn("p.a", 0)
 	consumersOn("late.q", 0)
 	if err := rt.Resume(ctx); err != nil {
@@ -203,14 +211,29 @@ func TestAdminAPIServesMetricsAndGuardsChanges(t *testing.T) {
 	if err := ch.Publish("p", "a", false, false, amqp.Publishing{MessageId: "m-1", Body: []byte(`{}`)}); err != nil {
 		t.Fatal(err)
 	}
-	get := func(path string) (int, string) {
-		resp, err := http.Get("http://" + addr + path)
+	getAs := func(path, token string) (int, string) {
+		req, _ := http.NewRequest("GET", "http://"+addr+path, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
+	}
+	get := func(path string) (int, string) { return getAs(path, "s3cret") }
+	// With a token, only health and readiness answer without it: metrics
+	// and the registry say what runs.
+	for _, path := range []string{"/metrics", "/v1/consumers", "/v1/consumers/p.a"} {
+		if code, _ := getAs(path, ""); code != http.StatusUnauthorized {
+			t.Errorf("GET %s without the token = %d, want 401", path, code)
+		}
+	}
+	if code, _ := getAs("/healthz", ""); code != 200 {
+		t.Errorf("GET /healthz without the token = %d, want 200", code)
 	}
 	testenv.Eventually(t, 10*time.Second, func() error {
 		if _, body := get("/metrics"); !strings.Contains(body, `acemq_messages_total{consumer="p.a",outcome="acknowledged"} 1`) {
@@ -293,5 +316,73 @@ pipelines:
 	_, err := runtime.New(plan, runtime.Options{AMQPURL: "amqp://guest:guest@127.0.0.1:5672/"})
 	if !errors.Is(err, runtime.ErrTooManyConsumers) || !strings.Contains(err.Error(), `"p.a" with 1500`) || !strings.Contains(err.Error(), "f.yaml:") {
 		t.Fatalf("New = %v, want ErrTooManyConsumers naming f.yaml and consumer p.a with 1500", err)
+	}
+}
+
+// The registry refuses what it cannot do: calls before the consumers are
+// started (the groups are being built then), a start or scale once the
+// runtime drains or has returned (nothing would stop what it started), and
+// a start of a consumer whose queue went away while it was stopped.
+func TestRegistryRefusesOutOfTurn(t *testing.T) {
+	url := testenv.VHost(t)
+	plan := compileText(t, `version: acemq.flow/v1
+name: reg
+plugins:
+  k: {command: ./not-started}
+consumers:
+  - {id: orders, queue: orders.q, handler: k.echo, declare: {type: classic}}
+  - {id: audit, queue: audit.q, handler: k.echo, auto_startup: false}
+`)
+	rt, err := runtime.New(plan, runtime.Options{AMQPURL: url, Handlers: map[string]runtime.HandlerFunc{"k.echo": echo}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rt.Consumer(t.Context(), "orders"); !errors.Is(err, runtime.ErrNotStarted) {
+		t.Errorf("Consumer before Run = %v, want ErrNotStarted", err)
+	}
+	if err := rt.Pause(); !errors.Is(err, runtime.ErrNotStarted) {
+		t.Errorf("Pause before Run = %v, want ErrNotStarted", err)
+	}
+	ch := channelOn(t, url)()
+	if _, err := ch.QueueDeclare("audit.q", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- rt.Run(ctx) }()
+	select {
+	case <-rt.Started():
+	case err := <-done:
+		t.Fatal(err)
+	}
+	// Started once, stopped, its queue deleted: the next start checks again.
+	if err := rt.Start(ctx, "audit"); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Stop("audit"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDelete("audit.q", false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Start(ctx, "audit"); err == nil || !strings.Contains(err.Error(), `"audit.q", which does not exist`) {
+		t.Errorf("Start after its queue was deleted = %v, want a refusal naming audit.q", err)
+	}
+	if st, _ := rt.Consumer(ctx, "audit"); st.State != runtime.StateStopped {
+		t.Errorf("audit is %s after the refused start, want stopped", st.State)
+	}
+
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Start(context.Background(), "audit"); !errors.Is(err, runtime.ErrShuttingDown) {
+		t.Errorf("Start after Run returned = %v, want ErrShuttingDown", err)
+	}
+	if err := rt.Scale("orders", 2); !errors.Is(err, runtime.ErrShuttingDown) {
+		t.Errorf("Scale after Run returned = %v, want ErrShuttingDown", err)
+	}
+	if st, _ := rt.Consumer(context.Background(), "audit"); st.State != runtime.StateStopped {
+		t.Errorf("audit is %s after Run returned, want stopped", st.State)
 	}
 }

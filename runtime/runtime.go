@@ -74,6 +74,7 @@ type Runtime struct {
 	metrics *metrics
 	paused  []string // groups stopped by Pause, started again by Resume
 	pauseMu sync.Mutex
+	scaleMu sync.Mutex // one Scale at a time: the consumer limit is checked across groups
 
 	groups   map[string]*group       // by consumer id; fixed once Run has started them
 	order    []string                // consumer ids, sorted
@@ -158,7 +159,9 @@ func (r *Runtime) Run(ctx context.Context) (err error) {
 		if err != nil {
 			return fmt.Errorf("admin listener on %s: %w", r.opts.AdminAddr, err)
 		}
-		admin := &http.Server{Handler: r.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
+		// Bounded reads and idle connections: a client cannot hold the
+		// listener open by trickling a request or keeping connections.
+		admin := &http.Server{Handler: r.adminHandler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 60 * time.Second}
 		var served sync.WaitGroup
 		served.Go(func() { _ = admin.Serve(ln) })
 		defer func() {

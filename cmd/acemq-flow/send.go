@@ -20,6 +20,7 @@ func newSendCmd(s streams) *cobra.Command {
 		data    string
 		amqpURL string
 		admin   string
+		token   string
 		in, at  string
 		wait    time.Duration
 	)
@@ -68,7 +69,7 @@ reply came in time.`,
 				// No flow files: the running runtime knows the flows.
 				var wm runtime.WireMessage
 				req := map[string]any{"target": t, "payload": json.RawMessage(orNull(payload))}
-				if err := newAdminClient(admin, "").post("/v1/messages/first", req, &wm); err != nil {
+				if err := newAdminClient(admin, token).post("/v1/messages/first", req, &wm); err != nil {
 					return failed("%v", err)
 				}
 				msg = wm.Message()
@@ -112,6 +113,7 @@ reply came in time.`,
 	f.DurationVar(&wait, "wait", 0, "wait this long for the reply (request/reply)")
 	amqpFlag(f, &amqpURL)
 	f.StringVar(&admin, "admin", envOr("ACEMQ_ADMIN_ADDR", "127.0.0.1:9464"), "without PATH, the running runtime's admin address, which knows the flows (env ACEMQ_ADMIN_ADDR)")
+	f.StringVar(&token, "admin-token", envOr("ACEMQ_ADMIN_TOKEN", ""), "without PATH, the bearer token of the runtime's admin API, when it has one (env ACEMQ_ADMIN_TOKEN)")
 	return cmd
 }
 
