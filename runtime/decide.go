@@ -362,8 +362,13 @@ func deadLetter(c *Consumer, in Inbound, kind, reason string, now time.Time) Dec
 	d := Decision{Outcome: OutcomeDeadLettered, Reason: reason,
 		Publish: []Publish{{Message: broker.Message{Exchange: "", RoutingKey: DeadLetterQueue(c.Queue), Publishing: p}}}}
 	if in.Env.ReplyTo != "" {
+		// The slip as it arrived: how far the run got.
+		var slip Itinerary
+		if in.Env.Slip != nil {
+			slip = *in.Env.Slip
+		}
 		d.Publish = append(d.Publish, reply(c, in, "dead-lettered", in.Body,
-			amqp.Table{HeaderError: reason, HeaderErrorKind: kind, HeaderFailedQueue: c.Queue, HeaderFailedAt: FormatTime(now)}, Itinerary{}, now))
+			amqp.Table{HeaderError: reason, HeaderErrorKind: kind, HeaderFailedQueue: c.Queue, HeaderFailedAt: FormatTime(now)}, slip, now))
 	}
 	return d
 }

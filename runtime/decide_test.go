@@ -334,3 +334,18 @@ func TestHeldMessagesArePersistent(t *testing.T) {
 		t.Errorf("park = %+v, want the message to %s with both reasons", pk, ParkedQueue(c.Queue))
 	}
 }
+
+// A dead-lettered run's reply tells how far it got, as a completed or a
+// stopped one's does: the slip as it arrived.
+func TestADeadLetteredReplyCarriesTheSlip(t *testing.T) {
+	c := &Consumer{ID: "x.charge", Queue: "x.charge", Kind: KindConsumer}
+	in := InboundFrom(amqp.Delivery{MessageId: "m-1", ReplyTo: "client.q", Body: []byte(`{}`), Timestamp: now,
+		Headers: amqp.Table{HeaderSlip: formatSlip}})
+	d := Decide(c, nil, in, Result{}, fmt.Errorf("%w: declined", ErrFatal), now, 0)
+	if d.Outcome != OutcomeDeadLettered || len(d.Publish) != 2 {
+		t.Fatalf("Decide = %+v, want a dead-letter and a reply", d)
+	}
+	if got := strHeader(d.Publish[1].Headers[HeaderSlip]); got != formatSlip {
+		t.Errorf("the reply's slip = %q, want the slip as it arrived %q", got, formatSlip)
+	}
+}

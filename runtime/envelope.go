@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"bytes"
 	"crypto/rand"
 	"crypto/sha1"
 	"encoding/hex"
@@ -70,7 +71,7 @@ func ReadEnvelope(p amqp.Delivery) Envelope {
 			e.RoutePosition = 0
 		}
 	}
-	if v, ok := h[HeaderSlip]; ok {
+	if v, ok := h[HeaderSlip]; ok && !blankHeader(v) {
 		var raw []byte
 		switch s := v.(type) {
 		case string:
@@ -86,6 +87,20 @@ func ReadEnvelope(p amqp.Delivery) Envelope {
 		}
 	}
 	return e
+}
+
+// blankHeader reports a header a client set to nothing (void, or blank
+// text): a client that always sets the slip header says "no itinerary" so.
+func blankHeader(v any) bool {
+	switch s := v.(type) {
+	case nil:
+		return true
+	case string:
+		return strings.TrimSpace(s) == ""
+	case []byte:
+		return len(bytes.TrimSpace(s)) == 0
+	}
+	return false
 }
 
 // intHeader reads an integer header written by any client: any integer

@@ -120,6 +120,9 @@ func parseStops(raw json.RawMessage, done bool) ([]Stop, error) {
 		}
 		var s Stop
 		for _, f := range fields {
+			if f.key == "completedAt" && string(bytes.TrimSpace(f.value)) == "null" {
+				continue // written as null by a writer that has no time: absent
+			}
 			var str string
 			switch f.key {
 			case "exchange", "routingKey", "name", "completedAt":
@@ -262,6 +265,11 @@ func writeString(b *bytes.Buffer, s string) {
 func ItineraryFor(it ItineraryPlan, payload any) (Itinerary, error) {
 	var out Itinerary
 	for i, s := range it.Stops {
+		if s.When != "" && (it.Spec == nil || i >= len(it.Spec.Stops)) {
+			// A plan read back without its flows has the conditions'
+			// text but not their programs: every stop would be taken.
+			return Itinerary{}, fmt.Errorf("itinerary %q stop %q: its when condition is not compiled; build the message from the flow files", it.Name, s.Name)
+		}
 		if it.Spec != nil && i < len(it.Spec.Stops) {
 			ok, err := it.Spec.Stops[i].When.Eval(payload)
 			if err != nil {

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 const formatSlip = `{"steps":[{"exchange":"orders-events","routingKey":"order.charge","name":"charge"}],"done":[{"exchange":"orders-events","routingKey":"order.validate","name":"validate","completedAt":"2026-09-09T14:03:11Z"}]}`
@@ -91,4 +93,39 @@ func FuzzParseItinerary(f *testing.F) {
 			t.Fatalf("newline appeared")
 		}
 	})
+}
+
+// Foreign writers: a completedAt written as null is absent (Jackson and
+// Python write missing values so), and a slip header set to nothing means
+// no slip; anything else unreadable is still a broken slip.
+func TestSlipsFromOtherWriters(t *testing.T) {
+	it, err := ParseItinerary([]byte(`{"steps":[{"exchange":"x","routingKey":"k","name":"a","completedAt":null}],"done":[{"exchange":"x","routingKey":"j","name":"z","completedAt":null}]}`))
+	if err != nil {
+		t.Fatalf("a null completedAt: %v", err)
+	}
+	if next, ok := it.Current(); !ok || next.Name != "a" || !it.Done()[0].CompletedAt.IsZero() {
+		t.Errorf("slip read as %+v", it)
+	}
+	for _, v := range []any{nil, "", "  ", []byte{}} {
+		env := ReadEnvelope(amqp.Delivery{Headers: amqp.Table{HeaderSlip: v}})
+		if env.SlipErr != nil || env.Slip != nil {
+			t.Errorf("slip header %#v: slip %v, error %v; want none", v, env.Slip, env.SlipErr)
+		}
+	}
+	if env := ReadEnvelope(amqp.Delivery{Headers: amqp.Table{HeaderSlip: int64(7)}}); !errors.Is(env.SlipErr, ErrSlip) {
+		t.Errorf("slip header 7: error %v, want ErrSlip", env.SlipErr)
+	}
+}
+
+// A plan read back without its flows has the text of the stops' when
+// conditions, not their programs: the slip is refused rather than built
+// with every stop.
+func TestAnItineraryWithoutItsConditionsIsRefused(t *testing.T) {
+	_, err := ItineraryFor(ItineraryPlan{Name: "approval", Stops: []StopPlan{
+		{Name: "approve", Exchange: "x", RoutingKey: "a", When: "payload.total > 1000"},
+		{Name: "ship", Exchange: "x", RoutingKey: "s"},
+	}}, map[string]any{"total": 5})
+	if err == nil || !strings.Contains(err.Error(), `stop "approve"`) {
+		t.Fatalf("ItineraryFor without compiled conditions = %v, want a refusal naming stop approve", err)
+	}
 }
