@@ -319,6 +319,7 @@ func (r *Relay) claimLoop(ctx, drainCtx context.Context, results chan<- relayRes
 		}
 		// Not cut short by ctx: a claim cancelled mid-statement may still
 		// commit, leaving records leased to nobody until the lease ends.
+		claimedAt := time.Now()
 		recs, held, err := r.claim(ctx, drainCtx)
 		r.release(int(batch) - len(recs))
 		if err != nil {
@@ -341,19 +342,30 @@ func (r *Relay) claimLoop(ctx, drainCtx context.Context, results chan<- relayRes
 		r.claimed.Add(int64(len(recs)))
 		total += int64(len(recs))
 		checked := map[string]error{}
+		// The batch is leased: publish the rest of it even when ctx ends
+		// meanwhile, within the drain, but not past the lease (less a
+		// margin for the marks): a record still waiting for the broker
+		// then (a resource alarm, an outage) is left to its lease, which
+		// another claim, perhaps this relay's own, may have taken already.
+		pctx, cancel := context.WithDeadline(drainCtx, claimedAt.Add(r.opts.Lease-leaseMargin(r.opts.Lease)))
 		for i := range recs {
 			rec := &recs[i]
-			// The batch is leased: publish the rest of it even when ctx ends
-			// meanwhile, within the drain.
-			if err := r.publish(drainCtx, rec, held, checked, results); err != nil {
+			if err := r.publish(pctx, rec, held, checked, results); err != nil {
 				results <- relayResult{rec: rec, err: err, batch: held}
 			}
 		}
+		cancel()
 		if len(recs) < r.opts.Batch && !sleepFor(ctx, r.opts.Poll) {
 			break
 		}
 	}
 	return total
+}
+
+// leaseMargin is how long before its lease ends a batch stops publishing:
+// its confirms and marks still have to come in.
+func leaseMargin(lease time.Duration) time.Duration {
+	return min(lease/4, 2*time.Second)
 }
 
 // claim takes the next batch: locked when the store has a locker (held is
@@ -387,22 +399,32 @@ func (r *Relay) claim(ctx, drainCtx context.Context) (recs []stores.OutboxRecord
 }
 
 // publish sends rec; the outcome arrives on results, unless publish returns
-// an error, which is then the outcome.
+// an error, which is then the outcome. The message is built and checked
+// before its exchange is asked about: a name AMQP cannot carry would shut
+// the connection down.
 func (r *Relay) publish(ctx context.Context, rec *stores.OutboxRecord, held *heldBatch, checked map[string]error, results chan<- relayResult) error {
+	msg, err := outboxMessage(rec)
+	if err != nil {
+		return err
+	}
+	if err := broker.ValidateMessage(msg); err != nil {
+		return err
+	}
 	if err, ok := checked[rec.Exchange]; ok {
 		if err != nil {
 			return err
 		}
 	} else {
 		err := r.checkExchange(ctx, rec.Exchange)
-		checked[rec.Exchange] = err
+		// Only an answer is kept for the batch: after a connection blip,
+		// the next record asks again.
+		var missing *missingExchangeError
+		if err == nil || errors.As(err, &missing) {
+			checked[rec.Exchange] = err
+		}
 		if err != nil {
 			return err
 		}
-	}
-	msg, err := outboxMessage(rec)
-	if err != nil {
-		return err
 	}
 	return r.pub.PublishFunc(ctx, msg, func(err error) { results <- relayResult{rec: rec, err: err, batch: held} })
 }
@@ -560,11 +582,12 @@ func (r *Relay) finish(ctx context.Context, b *heldBatch) {
 	switch {
 	case errors.As(err, &lost):
 		r.leaseLost.Add(int64(b.size))
-		r.log.Warn("outbox batch held past its lease; the database ended it and its records are published again", "records", b.size, "error", err)
+		r.log.Warn("outbox batch held past its lease; the database ended it and its records are published again", "records", b.size, "outbox_ids", lost.IDs, "error", err)
 		return
 	case err != nil:
 		r.left.Add(int64(b.size))
-		r.log.Error("outbox batch published but its marks may not be committed; records left unmarked are published again", "records", b.size, "error", err)
+		r.log.Error("outbox batch published but its marks may not be committed; records left unmarked are published again", "records", b.size,
+			"outbox_ids", batchIDs(b), "error", err)
 		return
 	}
 	r.published.Add(int64(len(b.published)))
@@ -572,6 +595,16 @@ func (r *Relay) finish(ctx context.Context, b *heldBatch) {
 	for _, f := range b.failures {
 		r.reportFailed(f.rec, f.err, slices.Contains(stuck, f.rec.ID), nil)
 	}
+}
+
+// batchIDs lists the ids of the records a held batch settled.
+func batchIDs(b *heldBatch) []int64 {
+	ids := make([]int64, 0, len(b.published)+len(b.failures))
+	ids = append(ids, b.published...)
+	for _, f := range b.failures {
+		ids = append(ids, f.rec.ID)
+	}
+	return ids
 }
 
 // unknownOutcome notes a record published without a verdict.
@@ -653,13 +686,13 @@ func (r *Relay) markPublished(ctx, drainCtx context.Context, recs []*stores.Outb
 		case errors.As(err, &lost):
 			r.published.Add(int64(len(ids) - len(lost.IDs)))
 			r.leaseLost.Add(int64(len(lost.IDs)))
-			r.log.Warn("outbox lease lost: records published after another relay took them over; it publishes them again", "records", len(lost.IDs), "error", err)
+			r.log.Warn("outbox lease lost: records published after another relay took them over; it publishes them again", "records", len(lost.IDs), "outbox_ids", lost.IDs, "error", err)
 			return
 		}
 		d := backoffDelay(attempt, 50*time.Millisecond, 2*time.Second)
 		if ctx.Err() != nil || time.Now().Add(d).After(deadline) || !sleepFor(drainCtx, d) {
 			r.left.Add(int64(len(ids)))
-			r.log.Error("outbox records published but not marked; they are published again after their lease", "records", len(ids), "error", err)
+			r.log.Error("outbox records published but not marked; they are published again after their lease", "records", len(ids), "outbox_ids", ids, "error", err)
 			return
 		}
 		r.log.Warn("outbox mark failed; retrying", "records", len(ids), "attempt", attempt, "error", err)

@@ -1159,3 +1159,86 @@ func TestRelayLostLeaseAndFailedMarkAreLoggedAndRelayingGoesOn(t *testing.T) {
 		t.Errorf("%d records pending, want 0", len(pending))
 	}
 }
+
+// A row written by another program with an exchange name AMQP cannot carry
+// (over 255 bytes; Add refuses it) fails alone, with the reason, and the
+// relay's connections stay up: asked about, or published to, such a name
+// shut the connection down, every in-flight record with it, at every lease.
+func TestRelayARecordAMQPCannotCarryFailsAlone(t *testing.T) {
+	e := newRelayEnv(t)
+	q := e.queue("out")
+	dels := e.consume(q)
+	st := storetest.OpenSQLite(t, stores.Options{})
+	recs := records(20, q)
+	addSQLite(t, st, recs[:10]...)
+	if _, err := st.DB().ExecContext(t.Context(), `INSERT INTO acemq_outbox (exchange, routing_key, body, properties) VALUES (?, ?, ?, ?)`,
+		strings.Repeat("x", 300), "k", []byte(`{}`), `{"message_id": "long-1"}`); err != nil {
+		t.Fatal(err)
+	}
+	addSQLite(t, st, recs[10:]...)
+	ws := watch(st)
+	pub := e.publisher("relay")
+	r, err := NewRelay(ws, pub, RelayOptions{Poll: 5 * time.Millisecond, Exchanges: e.topo, Log: e.log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runRelay(t, r)
+	receive(t, dels, 20)
+	waitMarked(t, ws.marked, 20)
+	<-ws.failed
+	if s := pub.Stats(); s.Channels != 1 || s.Indeterminate != 0 {
+		t.Errorf("publisher stats %+v: want one channel and no indeterminate publish", s)
+	}
+	pending, err := st.ListPending(t.Context(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pending) != 1 || !strings.Contains(pending[0].LastError, "255") {
+		t.Fatalf("pending = %+v, want the long-named record, failed with a reason naming the 255-byte limit", pending)
+	}
+}
+
+// stalledPublisher takes no publish until its context ends, as a publisher
+// blocked by a broker's resource alarm, and reports each context's
+// deadline.
+type stalledPublisher struct{ deadlines chan time.Time }
+
+func (p *stalledPublisher) PublishFunc(ctx context.Context, _ broker.Message, _ func(error)) error {
+	d, _ := ctx.Deadline()
+	p.deadlines <- d
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// A batch stops publishing before its lease ends: a record still waiting
+// for the broker then is left to its lease. Before, publishing ran on to
+// the drain's end, and once the broker took publishes again a relay
+// published records another claim of its own had taken meanwhile, each
+// several times.
+func TestRelayPublishesABatchWithinItsLease(t *testing.T) {
+	st := storetest.OpenSQLite(t, stores.Options{})
+	addSQLite(t, st, records(3, "q")...)
+	ws := watch(st)
+	pub := &stalledPublisher{deadlines: make(chan time.Time, 100)}
+	const lease = 800 * time.Millisecond
+	r, err := NewRelay(ws, pub, RelayOptions{Poll: 5 * time.Millisecond, Lease: lease})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	runRelay(t, r)
+	select {
+	case d := <-pub.deadlines:
+		if d.IsZero() || d.After(start.Add(lease)) {
+			t.Fatalf("a publish waited with deadline %v, want one before the lease ends at %v", d, start.Add(lease))
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the relay published nothing within 10s")
+	}
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if s := r.Stats(); s.Left < 3 {
+			return testenv.Errorf("relay stats %+v, want the 3 records left to their lease", s)
+		}
+		return nil
+	})
+}

@@ -736,6 +736,11 @@ func (e *InvalidMessageError) Unwrap() error { return e.Err }
 // shortstrMax is the length limit, in bytes, of an AMQP short string.
 const shortstrMax = 255
 
+// ValidateMessage returns an *InvalidMessageError when AMQP cannot carry
+// m, as Publish would, for a caller that checks a message before doing
+// anything else with it.
+func ValidateMessage(m Message) error { return validate(&m) }
+
 // validate returns an *InvalidMessageError when amqp091-go could not encode
 // m. It allocates nothing for a valid message.
 func validate(m *Message) error {
