@@ -1242,3 +1242,37 @@ func TestRelayPublishesABatchWithinItsLease(t *testing.T) {
 		return nil
 	})
 }
+
+// A row another program wrote with an expiration RabbitMQ refuses (it
+// closes the channel, 406, failing every publish in flight) is unreadable:
+// failed with the reason, alone; the others are published once.
+func TestRelayARecordRabbitMQWouldRefuseFailsAlone(t *testing.T) {
+	e := newRelayEnv(t)
+	q := e.queue("out")
+	dels := e.consume(q)
+	st := storetest.OpenSQLite(t, stores.Options{})
+	recs := records(20, q)
+	addSQLite(t, st, recs[:10]...)
+	if _, err := st.DB().ExecContext(t.Context(), `INSERT INTO acemq_outbox (routing_key, body, properties) VALUES (?, ?, ?)`,
+		q, []byte(`{}`), `{"message_id": "soon-1", "expiration": "soon"}`); err != nil {
+		t.Fatal(err)
+	}
+	addSQLite(t, st, recs[10:]...)
+	ws := watch(st)
+	pub := e.publisher("relay")
+	r, err := NewRelay(ws, pub, RelayOptions{Poll: 5 * time.Millisecond, Exchanges: e.topo, Log: e.log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runRelay(t, r)
+	for _, d := range receive(t, dels, 20) {
+		if d.MessageId == "soon-1" {
+			t.Error("the row with expiration soon was published")
+		}
+	}
+	waitMarked(t, ws.marked, 20)
+	<-ws.failed
+	if s := pub.Stats(); s.Channels != 1 || s.Indeterminate != 0 {
+		t.Errorf("publisher stats %+v: want one channel and no indeterminate publish", s)
+	}
+}

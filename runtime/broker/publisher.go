@@ -720,6 +720,9 @@ type InvalidMessageError struct {
 func (e *InvalidMessageError) Error() string {
 	head := fmt.Sprintf("message %q to %s with routing key %q cannot be published",
 		clip(e.MessageID), exchangeName(clip(e.Exchange)), clip(e.RoutingKey))
+	if e.Err != nil && e.Field == "Expiration" {
+		return fmt.Sprintf("%s: Expiration %v; give it in milliseconds, such as \"60000\"", head, e.Err)
+	}
 	if e.Err != nil {
 		return fmt.Sprintf("%s: %s: %v; give header values a type AMQP carries (string, integer, float, bool, []byte, time.Time, amqp.Decimal, amqp.Table, []any or nil)",
 			head, e.Field, e.Err)
@@ -735,6 +738,16 @@ func (e *InvalidMessageError) Unwrap() error { return e.Err }
 
 // shortstrMax is the length limit, in bytes, of an AMQP short string.
 const shortstrMax = 255
+
+// digitsOnly reports whether s is empty or only ASCII digits.
+func digitsOnly(s string) bool {
+	for i := range len(s) {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
 
 // ValidateMessage returns an *InvalidMessageError when AMQP cannot carry
 // m, as Publish would, for a caller that checks a message before doing
@@ -764,6 +777,11 @@ func validate(m *Message) error {
 		if len(f.v) > shortstrMax {
 			return invalid(f.name, len(f.v), nil)
 		}
+	}
+	// RabbitMQ closes the channel (406) on an expiration that is not a
+	// whole number of milliseconds, failing every publish in flight on it.
+	if !digitsOnly(m.Expiration) {
+		return invalid("Expiration", 0, fmt.Errorf("%q is not a whole number of milliseconds", clip(m.Expiration)))
 	}
 	if len(m.Headers) == 0 {
 		return nil

@@ -93,6 +93,15 @@ func TestPublishOfAnOverlongFieldFailsAtOnceAndKeepsTheConnection(t *testing.T) 
 		})
 	}
 
+	// RabbitMQ closes the channel (406) on an expiration that is not a
+	// whole number of milliseconds.
+	err = p.PublishFunc(t.Context(), set(func(m *Message) { m.Expiration = "soon" }), func(err error) {
+		t.Errorf("callback called with %v for a refused publish", err)
+	})
+	if !errors.Is(err, ErrInvalidMessage) || !strings.Contains(err.Error(), "milliseconds") {
+		t.Errorf("PublishFunc(expiration soon) = %v, want an *InvalidMessageError naming milliseconds", err)
+	}
+
 	close(release)
 	released = true
 	if err := <-blocked; err != nil {

@@ -71,14 +71,25 @@ func DecodeProperties(b []byte) (Properties, error) {
 		return p, nil
 	}
 	if p, ok := decodeFlat(b); ok {
-		return p, nil
+		return p, checkDecoded(p)
 	}
 	d := json.NewDecoder(bytes.NewReader(b))
 	d.UseNumber()
 	if err := d.Decode(&p); err != nil {
 		return p, fmt.Errorf("decode outbox properties %.80q: %w", b, err)
 	}
-	return p, nil
+	return p, checkDecoded(p)
+}
+
+// checkDecoded applies CheckProperties to a column another program may
+// have written: a value RabbitMQ refuses makes the row unreadable (failed
+// with the reason, then stuck) rather than a publish that closes the
+// relay's channel and every publish in flight on it, at every lease.
+func checkDecoded(p Properties) error {
+	if err := CheckProperties("", p); err != nil {
+		return fmt.Errorf("outbox properties: %w", err)
+	}
+	return nil
 }
 
 // CheckRecord rejects a record the relay could not publish, before it is
@@ -90,7 +101,54 @@ func CheckRecord(r OutboxRecord) error {
 	if len(r.RoutingKey) > 255 || len(r.Exchange) > 255 {
 		return fmt.Errorf("outbox record for exchange %.40q: exchange and routing key are limited to 255 bytes", r.Exchange)
 	}
+	return CheckProperties(r.ContentType, r.Properties)
+}
+
+// CheckProperties rejects properties AMQP cannot carry, or RabbitMQ would
+// refuse by closing the relay's channel: a short string over 255 bytes, a
+// header key over 255 bytes at any depth, an expiration that is not a
+// whole number of milliseconds.
+func CheckProperties(contentType string, p Properties) error {
+	for _, f := range [...]struct{ name, v string }{
+		{"content type", contentType}, {"message_id", p.MessageID}, {"correlation_id", p.CorrelationID},
+		{"reply_to", p.ReplyTo}, {"type", p.Type}, {"app_id", p.AppID}, {"user_id", p.UserID},
+		{"content_encoding", p.ContentEncoding}, {"expiration", p.Expiration},
+	} {
+		if len(f.v) > 255 {
+			return fmt.Errorf("outbox record %s is %d bytes long; AMQP carries at most 255", f.name, len(f.v))
+		}
+	}
+	for i := range len(p.Expiration) {
+		if c := p.Expiration[i]; c < '0' || c > '9' {
+			return fmt.Errorf("outbox record expiration %q is not a whole number of milliseconds; write it as \"60000\"", p.Expiration)
+		}
+	}
+	if key := longHeaderKey(p.Headers); key != "" {
+		return fmt.Errorf("outbox record header key %.40q… is %d bytes long; AMQP carries at most 255", key, len(key))
+	}
 	return nil
+}
+
+// longHeaderKey returns a header key over 255 bytes, at any depth, or "".
+func longHeaderKey(v any) string {
+	switch t := v.(type) {
+	case map[string]any:
+		for k, x := range t {
+			if len(k) > 255 {
+				return k
+			}
+			if key := longHeaderKey(x); key != "" {
+				return key
+			}
+		}
+	case []any:
+		for _, x := range t {
+			if key := longHeaderKey(x); key != "" {
+				return key
+			}
+		}
+	}
+	return ""
 }
 
 // CheckClaim refuses a relay's claim without an owner, rows or lease.

@@ -97,7 +97,7 @@ func TestEncodedPropertiesReadBackTheSame(t *testing.T) {
 			letters = escaped
 		}
 		p := Properties{MessageID: pick(), CorrelationID: pick(), ReplyTo: pick(), Type: pick(), AppID: pick(),
-			UserID: pick(), ContentEncoding: pick(), Expiration: pick(),
+			UserID: pick(), ContentEncoding: pick(), Expiration: fmt.Sprint(rng.IntN(100000)),
 			Priority: uint8(rng.IntN(256)), DeliveryMode: uint8(rng.IntN(3)), Timestamp: rng.Int64N(1 << 40)}
 		if i%10 == 0 {
 			p.Headers = map[string]any{"k": pick(), "n": json.Number(fmt.Sprint(rng.IntN(1000)))}
@@ -153,4 +153,26 @@ func FuzzFlatProperties(f *testing.F) {
 			t.Fatalf("decodeFlat(%q) = %+v; the decoder reads %+v, %v", in, flat, want, err)
 		}
 	})
+}
+
+// A record RabbitMQ would refuse by closing the relay's channel is refused
+// at Add, and a row another program wrote so reads as unreadable (failed
+// with the reason, then stuck) rather than as a publish that fails every
+// other one in flight at every lease.
+func TestPropertiesRabbitMQRefusesAreRefused(t *testing.T) {
+	long := strings.Repeat("k", 256)
+	for _, p := range []Properties{
+		{Expiration: "soon"}, {Expiration: "-1"}, {Expiration: "1.5"}, {MessageID: long},
+		{Headers: map[string]any{long: 1}}, {Headers: map[string]any{"a": []any{map[string]any{long: 1}}}},
+	} {
+		if err := CheckRecord(OutboxRecord{RoutingKey: "q", Properties: p}); err == nil {
+			t.Errorf("CheckRecord with %+v = nil, want a refusal", p)
+		}
+	}
+	if err := CheckRecord(OutboxRecord{RoutingKey: "q", Properties: Properties{Expiration: "4294967296", MessageID: strings.Repeat("m", 255)}}); err != nil {
+		t.Errorf("CheckRecord with a long but valid expiration and a 255-byte id = %v", err)
+	}
+	if _, err := DecodeProperties([]byte(`{"message_id": "m-1", "expiration": "soon"}`)); err == nil || !strings.Contains(err.Error(), "milliseconds") {
+		t.Errorf("DecodeProperties with expiration soon = %v, want an error naming milliseconds", err)
+	}
 }
