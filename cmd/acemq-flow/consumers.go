@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -20,23 +21,25 @@ import (
 	"github.com/acemq/acemq-flow/runtime/broker"
 )
 
-// adminClient calls the running runtime's admin API.
+// adminClient calls the running runtime's admin API; each call ends with
+// ctx (Ctrl-C), or after two minutes.
 type adminClient struct {
+	ctx   context.Context
 	base  string
 	token string
 	http  *http.Client
 }
 
-func newAdminClient(addr, token string) *adminClient {
+func newAdminClient(ctx context.Context, addr, token string) *adminClient {
 	base := addr
 	if !strings.Contains(base, "://") {
 		base = "http://" + base
 	}
-	return &adminClient{base: strings.TrimRight(base, "/"), token: token, http: &http.Client{Timeout: 2 * time.Minute}}
+	return &adminClient{ctx: ctx, base: strings.TrimRight(base, "/"), token: token, http: &http.Client{Timeout: 2 * time.Minute}}
 }
 
 func (a *adminClient) do(method, path string, out any) error {
-	req, err := http.NewRequest(method, a.base+path, nil)
+	req, err := http.NewRequestWithContext(a.ctx, method, a.base+path, nil)
 	if err != nil {
 		return err
 	}
@@ -81,7 +84,7 @@ func (a *adminClient) post(path string, in, out any) error {
 	if err != nil {
 		return err
 	}
-	req, err := http.NewRequest("POST", a.base+path, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(a.ctx, "POST", a.base+path, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
@@ -102,16 +105,16 @@ while the removed consumers drain; a group needs at least one consumer.`,
 	pf := cmd.PersistentFlags()
 	pf.StringVar(&admin, "admin", envOr("ACEMQ_ADMIN_ADDR", "127.0.0.1:9464"), "the runtime's admin address (env ACEMQ_ADMIN_ADDR)")
 	pf.StringVar(&token, "admin-token", envOr("ACEMQ_ADMIN_TOKEN", ""), "bearer token for calls that change something (env ACEMQ_ADMIN_TOKEN)")
-	client := func() *adminClient { return newAdminClient(admin, token) }
+	client := func(ctx context.Context) *adminClient { return newAdminClient(ctx, admin, token) }
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List consumers with state, queue, size, prefetch and counters",
 		Args:  cobra.NoArgs,
-		RunE: func(*cobra.Command, []string) error {
+		RunE: func(cmd *cobra.Command, _ []string) error {
 			var out struct {
 				Consumers []runtime.ConsumerStatus `json:"consumers"`
 			}
-			if err := client().do("GET", "/v1/consumers", &out); err != nil {
+			if err := client(cmd.Context()).do("GET", "/v1/consumers", &out); err != nil {
 				return failed("%v", err)
 			}
 			if format == "json" {
@@ -152,8 +155,8 @@ while the removed consumers drain; a group needs at least one consumer.`,
 		}
 	}
 	simple := func(use, short, verb string) *cobra.Command {
-		return &cobra.Command{Use: use + " ID", Short: short, Args: needID(use+" ID", 1), RunE: func(_ *cobra.Command, args []string) error {
-			if err := client().do("POST", "/v1/consumers/"+url.PathEscape(args[0])+"/"+verb, nil); err != nil {
+		return &cobra.Command{Use: use + " ID", Short: short, Args: needID(use+" ID", 1), RunE: func(cmd *cobra.Command, args []string) error {
+			if err := client(cmd.Context()).do("POST", "/v1/consumers/"+url.PathEscape(args[0])+"/"+verb, nil); err != nil {
 				return failed("%v", err)
 			}
 			fmt.Fprintf(s.err, "consumer %s: %s done\n", args[0], verb)
@@ -167,7 +170,7 @@ while the removed consumers drain; a group needs at least one consumer.`,
 		if hi > 0 {
 			valid = fmt.Sprintf("from %d to %d", lo, hi)
 		}
-		return &cobra.Command{Use: use + " ID N", Short: short, Args: needID(use+" ID N", 2), RunE: func(_ *cobra.Command, args []string) error {
+		return &cobra.Command{Use: use + " ID N", Short: short, Args: needID(use+" ID N", 2), RunE: func(cmd *cobra.Command, args []string) error {
 			n, err := strconv.Atoi(args[1])
 			if err != nil {
 				return usage("%s %q is not a whole number; give %s", param, args[1], valid)
@@ -176,7 +179,7 @@ while the removed consumers drain; a group needs at least one consumer.`,
 				return usage("%s must be %s (%s), not %d", param, valid, why, n)
 			}
 			path := fmt.Sprintf("/v1/consumers/%s/%s?%s=%d", url.PathEscape(args[0]), verb, param, n)
-			if err := client().do("POST", path, nil); err != nil {
+			if err := client(cmd.Context()).do("POST", path, nil); err != nil {
 				return failed("%v", err)
 			}
 			fmt.Fprintf(s.err, "consumer %s: %s %d\n", args[0], param, n)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -50,7 +51,7 @@ type streams struct {
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	root := newRootCmd(streams{in: stdin, out: stdout, err: stderr})
 	root.SetArgs(args)
-	err := root.ExecuteContext(ctx)
+	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
 		return 0
 	}
@@ -61,8 +62,19 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		}
 		return ee.code
 	}
+	// A file or stream that failed (stdout on a full disk) is a failed
+	// operation, not a usage error.
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		fmt.Fprintf(stderr, "acemq-flow: %v\n", err)
+		return 1
+	}
 	// Cobra's own errors (unknown command, wrong argument count) are usage.
-	fmt.Fprintf(stderr, "acemq-flow: %v\n", err)
+	path := "acemq-flow"
+	if cmd != nil {
+		path = cmd.CommandPath()
+	}
+	fmt.Fprintf(stderr, "acemq-flow: %v\nsee `%s --help`\n", err, path)
 	return 2
 }
 

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"os"
 	"sync"
@@ -113,7 +112,9 @@ ACEMQ_ADMIN_TOKEN (--admin-token), ACEMQ_STORE_URL (--store).`,
 			cancel()
 			wg.Wait()
 			if err != nil {
-				if errors.Is(err, cmd.Context().Err()) && cmd.Context().Err() != nil {
+				// Stopped by a signal before it started (the broker not up
+				// yet): what was asked for is done, exit 0.
+				if cmd.Context().Err() != nil {
 					return nil
 				}
 				return failed("%v", err)

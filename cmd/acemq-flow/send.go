@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -47,7 +48,7 @@ reply came in time.`,
 			if t.Saga != "" {
 				return failed("saga %q: sagas are %v", t.Saga, runtime.ErrUnsupported)
 			}
-			payload, err := readData(s, data)
+			payload, err := readData(cmd.Context(), s, data)
 			if err != nil {
 				return err
 			}
@@ -69,7 +70,7 @@ reply came in time.`,
 				// No flow files: the running runtime knows the flows.
 				var wm runtime.WireMessage
 				req := map[string]any{"target": t, "payload": json.RawMessage(orNull(payload))}
-				if err := newAdminClient(admin, token).post("/v1/messages/first", req, &wm); err != nil {
+				if err := newAdminClient(cmd.Context(), admin, token).post("/v1/messages/first", req, &wm); err != nil {
 					return failed("%v", err)
 				}
 				msg = wm.Message()
@@ -155,14 +156,30 @@ func orNull(b []byte) []byte {
 	return b
 }
 
-func readData(s streams, data string) ([]byte, error) {
+func readData(ctx context.Context, s streams, data string) ([]byte, error) {
 	var raw []byte
 	var err error
 	switch {
 	case data == "":
 		return nil, nil
 	case data == "-":
-		raw, err = io.ReadAll(s.in)
+		// Read beside the wait for Ctrl-C: a pipe that never ends must not
+		// hold the command.
+		type read struct {
+			b   []byte
+			err error
+		}
+		got := make(chan read, 1)
+		go func() {
+			b, err := io.ReadAll(s.in)
+			got <- read{b, err}
+		}()
+		select {
+		case r := <-got:
+			raw, err = r.b, r.err
+		case <-ctx.Done():
+			return nil, failed("read --data -: %v", ctx.Err())
+		}
 	case data[0] == '@':
 		raw, err = os.ReadFile(strings.TrimPrefix(data, "@"))
 	default:
