@@ -1160,44 +1160,6 @@ func TestRelayLostLeaseAndFailedMarkAreLoggedAndRelayingGoesOn(t *testing.T) {
 	}
 }
 
-// A row written by another program with an exchange name AMQP cannot carry
-// (over 255 bytes; Add refuses it) fails alone, with the reason, and the
-// relay's connections stay up: asked about, or published to, such a name
-// shut the connection down, every in-flight record with it, at every lease.
-func TestRelayARecordAMQPCannotCarryFailsAlone(t *testing.T) {
-	e := newRelayEnv(t)
-	q := e.queue("out")
-	dels := e.consume(q)
-	st := storetest.OpenSQLite(t, stores.Options{})
-	recs := records(20, q)
-	addSQLite(t, st, recs[:10]...)
-	if _, err := st.DB().ExecContext(t.Context(), `INSERT INTO acemq_outbox (exchange, routing_key, body, properties) VALUES (?, ?, ?, ?)`,
-		strings.Repeat("x", 300), "k", []byte(`{}`), `{"message_id": "long-1"}`); err != nil {
-		t.Fatal(err)
-	}
-	addSQLite(t, st, recs[10:]...)
-	ws := watch(st)
-	pub := e.publisher("relay")
-	r, err := NewRelay(ws, pub, RelayOptions{Poll: 5 * time.Millisecond, Exchanges: e.topo, Log: e.log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runRelay(t, r)
-	receive(t, dels, 20)
-	waitMarked(t, ws.marked, 20)
-	<-ws.failed
-	if s := pub.Stats(); s.Channels != 1 || s.Indeterminate != 0 {
-		t.Errorf("publisher stats %+v: want one channel and no indeterminate publish", s)
-	}
-	pending, err := st.ListPending(t.Context(), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(pending) != 1 || !strings.Contains(pending[0].LastError, "255") {
-		t.Fatalf("pending = %+v, want the long-named record, failed with a reason naming the 255-byte limit", pending)
-	}
-}
-
 // stalledPublisher takes no publish until its context ends, as a publisher
 // blocked by a broker's resource alarm, and reports each context's
 // deadline.
@@ -1243,36 +1205,55 @@ func TestRelayPublishesABatchWithinItsLease(t *testing.T) {
 	})
 }
 
-// A row another program wrote with an expiration RabbitMQ refuses (it
-// closes the channel, 406, failing every publish in flight) is unreadable:
-// failed with the reason, alone; the others are published once.
-func TestRelayARecordRabbitMQWouldRefuseFailsAlone(t *testing.T) {
-	e := newRelayEnv(t)
-	q := e.queue("out")
-	dels := e.consume(q)
-	st := storetest.OpenSQLite(t, stores.Options{})
-	recs := records(20, q)
-	addSQLite(t, st, recs[:10]...)
-	if _, err := st.DB().ExecContext(t.Context(), `INSERT INTO acemq_outbox (routing_key, body, properties) VALUES (?, ?, ?)`,
-		q, []byte(`{}`), `{"message_id": "soon-1", "expiration": "soon"}`); err != nil {
-		t.Fatal(err)
-	}
-	addSQLite(t, st, recs[10:]...)
-	ws := watch(st)
-	pub := e.publisher("relay")
-	r, err := NewRelay(ws, pub, RelayOptions{Poll: 5 * time.Millisecond, Exchanges: e.topo, Log: e.log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runRelay(t, r)
-	for _, d := range receive(t, dels, 20) {
-		if d.MessageId == "soon-1" {
-			t.Error("the row with expiration soon was published")
-		}
-	}
-	waitMarked(t, ws.marked, 20)
-	<-ws.failed
-	if s := pub.Stats(); s.Channels != 1 || s.Indeterminate != 0 {
-		t.Errorf("publisher stats %+v: want one channel and no indeterminate publish", s)
+// A row written by another program that AMQP cannot carry (an exchange
+// name over 255 bytes; Add refuses it) or that RabbitMQ refuses (an
+// expiration that is not a whole number of milliseconds: it closes the
+// channel, 406) fails alone, with the reason, and the relay's connection
+// and channel stay up. Before, each shut the connection or the channel at
+// every lease, failing every record in flight, for ever.
+func TestRelayARecordTheBrokerCannotTakeFailsAlone(t *testing.T) {
+	for _, tc := range []struct {
+		name, exchange, properties, reason string
+	}{
+		{"exchange name over 255 bytes", strings.Repeat("x", 300), `{"message_id": "bad-1"}`, "255"},
+		{"expiration not in milliseconds", "", `{"message_id": "bad-1", "expiration": "soon"}`, "milliseconds"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newRelayEnv(t)
+			q := e.queue("out")
+			dels := e.consume(q)
+			st := storetest.OpenSQLite(t, stores.Options{})
+			recs := records(20, q)
+			addSQLite(t, st, recs[:10]...)
+			if _, err := st.DB().ExecContext(t.Context(), `INSERT INTO acemq_outbox (exchange, routing_key, body, properties) VALUES (?, ?, ?, ?)`,
+				tc.exchange, q, []byte(`{}`), tc.properties); err != nil {
+				t.Fatal(err)
+			}
+			addSQLite(t, st, recs[10:]...)
+			ws := watch(st)
+			pub := e.publisher("relay")
+			r, err := NewRelay(ws, pub, RelayOptions{Poll: 5 * time.Millisecond, Exchanges: e.topo, Log: e.log})
+			if err != nil {
+				t.Fatal(err)
+			}
+			runRelay(t, r)
+			for _, d := range receive(t, dels, 20) {
+				if d.MessageId == "bad-1" {
+					t.Error("the bad row was published")
+				}
+			}
+			waitMarked(t, ws.marked, 20)
+			<-ws.failed
+			if s := pub.Stats(); s.Channels != 1 || s.Indeterminate != 0 {
+				t.Errorf("publisher stats %+v: want one channel and no indeterminate publish", s)
+			}
+			pending, err := st.ListPending(t.Context(), 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(pending) != 1 || !strings.Contains(pending[0].LastError, tc.reason) {
+				t.Fatalf("pending = %+v, want the bad row, failed with a reason naming %q", pending, tc.reason)
+			}
+		})
 	}
 }

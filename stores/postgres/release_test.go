@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/acemq/acemq-flow/stores/internal/core"
+	"github.com/jackc/pgx/v5"
 )
 
 // TestFailedClaimBatchReleasesWhatItClaimed fails a claim batch after its
@@ -18,54 +19,13 @@ import (
 func TestFailedClaimBatchReleasesWhatItClaimed(t *testing.T) {
 	ctx := t.Context()
 	s := openMigrated(t)
-	inserter, err := s.pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer inserter.Release()
-	itx, err := inserter.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer itx.Rollback(context.Background())
-	if _, err := itx.Exec(ctx, `INSERT INTO acemq_idempotency (key, state, token, owner, claimed_at, expires_at)
-VALUES ('b', 'claimed', nextval('acemq_idempotency_token'), 'other', now(), now() + interval '1 hour')`); err != nil {
-		t.Fatal(err)
-	}
-
 	claimCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	claimed := make(chan error, 1)
-	go func() {
+	ltx := hideBehindLock(t, s, claimed, func() {
 		_, err := s.TryClaimBatch(claimCtx, []core.ClaimRequest{{Key: "a", Owner: "me", Lease: time.Hour}, {Key: "b", Owner: "me", Lease: time.Hour}})
 		claimed <- err
-	}()
-	waitBlockedOrDone(t, s, claimed, "%INSERT INTO acemq_idempotency%")
-
-	locker, err := s.pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer locker.Release()
-	ltx, err := locker.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ltx.Rollback(context.Background())
-	locked := make(chan error, 1)
-	go func() {
-		_, err := ltx.Exec(ctx, `LOCK TABLE acemq_idempotency IN ACCESS EXCLUSIVE MODE`)
-		locked <- err
-	}()
-	waitBlockedOrDone(t, s, locked, "LOCK TABLE acemq_idempotency%")
-	// b commits: the claim statement ends with b hidden, and the look-up
-	// queues behind the table lock.
-	if err := itx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-locked; err != nil {
-		t.Fatal(err)
-	}
+	})
 	<-claimCtx.Done()
 	// The look-up failed at the deadline; the release of a now waits for
 	// the lock (or, without it, the batch has returned).
@@ -104,56 +64,17 @@ func TestAKeyThatKeepsVanishingIsInProgress(t *testing.T) {
 	old := maxClaimRounds
 	maxClaimRounds = 1
 	t.Cleanup(func() { maxClaimRounds = old })
-	inserter, err := s.pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer inserter.Release()
-	itx, err := inserter.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer itx.Rollback(context.Background())
-	if _, err := itx.Exec(ctx, `INSERT INTO acemq_idempotency (key, state, token, owner, claimed_at, expires_at)
-VALUES ('b', 'claimed', nextval('acemq_idempotency_token'), 'other', now(), now() + interval '1 hour')`); err != nil {
-		t.Fatal(err)
-	}
 	type result struct {
 		claims []core.Claim
 		err    error
 	}
 	claimed := make(chan result, 1)
-	go func() {
+	blocked := make(chan error, 1) // never sent on: the batch waits behind the lock
+	ltx := hideBehindLock(t, s, blocked, func() {
 		c, err := s.TryClaimBatch(ctx, []core.ClaimRequest{{Key: "a", Owner: "me", Lease: time.Hour}, {Key: "b", Owner: "me", Lease: time.Hour}})
 		claimed <- result{c, err}
-	}()
-	blocked := make(chan error, 1)
-	waitBlockedOrDone(t, s, blocked, "%INSERT INTO acemq_idempotency%")
-
-	locker, err := s.pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer locker.Release()
-	ltx, err := locker.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ltx.Rollback(context.Background())
-	locked := make(chan error, 1)
-	go func() {
-		_, err := ltx.Exec(ctx, `LOCK TABLE acemq_idempotency IN ACCESS EXCLUSIVE MODE`)
-		locked <- err
-	}()
-	waitBlockedOrDone(t, s, locked, "LOCK TABLE acemq_idempotency%")
-	// b commits: the claim statement ends with b hidden, and the look-up
-	// queues behind the table lock; b is gone when it runs.
-	if err := itx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-locked; err != nil {
-		t.Fatal(err)
-	}
+	})
+	// b is gone when the look-up runs.
 	waitBlockedOrDone(t, s, blocked, "SELECT key, state, owner, expires_at FROM acemq_idempotency%")
 	if _, err := ltx.Exec(ctx, `DELETE FROM acemq_idempotency WHERE key = 'b'`); err != nil {
 		t.Fatal(err)
@@ -170,4 +91,56 @@ VALUES ('b', 'claimed', nextval('acemq_idempotency_token'), 'other', now(), now(
 	if r.err != nil || len(r.claims) != 2 || r.claims[0].State != core.Claimed || r.claims[1].State != core.InProgress {
 		t.Fatalf("TryClaimBatch(a, b) = %+v, %v; want a claimed and b in progress", r.claims, r.err)
 	}
+}
+
+// hideBehindLock runs claim (a batch claiming a and b) while another
+// session inserts b, so that the claim statement commits a and finds b
+// hidden from its snapshot, and its look-up of b then queues behind an
+// ACCESS EXCLUSIVE lock on the table, held by the transaction returned.
+// done is where claim reports, so that a wait can see it end early.
+func hideBehindLock(t *testing.T, s *Store, done chan error, claim func()) pgx.Tx {
+	t.Helper()
+	ctx := t.Context()
+	inserter, err := s.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(inserter.Release)
+	itx, err := inserter.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = itx.Rollback(context.Background()) })
+	if _, err := itx.Exec(ctx, `INSERT INTO acemq_idempotency (key, state, token, owner, claimed_at, expires_at)
+VALUES ('b', 'claimed', nextval('acemq_idempotency_token'), 'other', now(), now() + interval '1 hour')`); err != nil {
+		t.Fatal(err)
+	}
+	go claim()
+	waitBlockedOrDone(t, s, done, "%INSERT INTO acemq_idempotency%")
+
+	locker, err := s.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(locker.Release)
+	ltx, err := locker.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ltx.Rollback(context.Background()) })
+	locked := make(chan error, 1)
+	go func() {
+		_, err := ltx.Exec(ctx, `LOCK TABLE acemq_idempotency IN ACCESS EXCLUSIVE MODE`)
+		locked <- err
+	}()
+	waitBlockedOrDone(t, s, locked, "LOCK TABLE acemq_idempotency%")
+	// b commits: the claim statement ends with b hidden, and the look-up
+	// queues behind the table lock.
+	if err := itx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-locked; err != nil {
+		t.Fatal(err)
+	}
+	return ltx
 }
