@@ -399,15 +399,12 @@ func (r *Relay) claim(ctx, drainCtx context.Context) (recs []stores.OutboxRecord
 }
 
 // publish sends rec; the outcome arrives on results, unless publish returns
-// an error, which is then the outcome. The message is built and checked
-// before its exchange is asked about: a name AMQP cannot carry would shut
-// the connection down.
+// an error, which is then the outcome. The properties were checked when the
+// row was read (an unreadable row fails in outboxMessage), the rest of the
+// message by the publisher.
 func (r *Relay) publish(ctx context.Context, rec *stores.OutboxRecord, held *heldBatch, checked map[string]error, results chan<- relayResult) error {
 	msg, err := outboxMessage(rec)
 	if err != nil {
-		return err
-	}
-	if err := broker.ValidateMessage(msg); err != nil {
 		return err
 	}
 	if err, ok := checked[rec.Exchange]; ok {
@@ -419,7 +416,8 @@ func (r *Relay) publish(ctx context.Context, rec *stores.OutboxRecord, held *hel
 		// Only an answer is kept for the batch: after a connection blip,
 		// the next record asks again.
 		var missing *missingExchangeError
-		if err == nil || errors.As(err, &missing) {
+		var invalid *broker.InvalidMessageError
+		if err == nil || errors.As(err, &missing) || errors.As(err, &invalid) {
 			checked[rec.Exchange] = err
 		}
 		if err != nil {
@@ -438,11 +436,17 @@ func (e *missingExchangeError) Error() string {
 }
 
 // checkExchange returns nil when name exists (or nothing is asked), a
-// *missingExchangeError when it does not, and an *IndeterminateError when
-// the broker could not be asked.
+// *missingExchangeError when it does not, an *InvalidMessageError when AMQP
+// cannot carry the name, and an *IndeterminateError when the broker could
+// not be asked.
 func (r *Relay) checkExchange(ctx context.Context, name string) error {
 	if name == "" || r.opts.Exchanges == nil {
 		return nil
+	}
+	if len(name) > 255 {
+		// Not asked about: a name AMQP cannot carry shuts the connection
+		// down (written by another program; Add refuses it).
+		return &broker.InvalidMessageError{Exchange: name, Field: "exchange", Len: len(name)}
 	}
 	r.exMu.Lock()
 	seen, ok := r.exSeenAt[name]

@@ -243,6 +243,12 @@ func (p *Publisher) publish(ctx context.Context, msg *Message, pd *Pending, fn f
 		// The ring append happens under the same lock as the write, so the
 		// confirm loop never sees a confirm before its entry.
 		dc, err := g.ch.PublishWithDeferredConfirm(msg.Exchange, msg.RoutingKey, !msg.NotMandatory, false, msg.Publishing)
+		if err != nil {
+			if ierr := invalidHeaders(msg); ierr != nil {
+				p.mu.Unlock()
+				return ierr
+			}
+		}
 		if err != nil || dc == nil {
 			p.mu.Unlock()
 			// Nothing reached the broker: the channel is closed or closing
@@ -749,11 +755,6 @@ func digitsOnly(s string) bool {
 	return true
 }
 
-// ValidateMessage returns an *InvalidMessageError when AMQP cannot carry
-// m, as Publish would, for a caller that checks a message before doing
-// anything else with it.
-func ValidateMessage(m Message) error { return validate(&m) }
-
 // validate returns an *InvalidMessageError when amqp091-go could not encode
 // m. It allocates nothing for a valid message.
 func validate(m *Message) error {
@@ -793,8 +794,17 @@ func validate(m *Message) error {
 		}
 		return invalid(field, n, nil)
 	}
+	// Header value types are checked by amqp091-go itself, before it
+	// writes anything: publish reads its refusal (invalidHeaders).
+	return nil
+}
+
+// invalidHeaders is the *InvalidMessageError for a publish amqp091-go
+// refused, before writing anything, for a header value of a type AMQP
+// cannot carry; nil when that is not why it failed.
+func invalidHeaders(m *Message) error {
 	if err := m.Headers.Validate(); err != nil {
-		return invalid("headers", 0, err)
+		return &InvalidMessageError{Exchange: m.Exchange, RoutingKey: m.RoutingKey, MessageID: m.MessageId, Field: "headers", Err: err}
 	}
 	return nil
 }

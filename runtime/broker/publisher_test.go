@@ -147,8 +147,8 @@ func TestPublishOfAnUnencodableHeaderFailsAtOnce(t *testing.T) {
 	p := e.publisher(e.conn("pub"), 8)
 	m := msg(q, "bad", nil)
 	m.Headers = amqp.Table{"x-bad": struct{}{}}
-	if err := p.Publish(t.Context(), m); err == nil || errors.Is(err, ErrIndeterminate) {
-		t.Fatalf("Publish(bad header) = %v, want an immediate error", err)
+	if err := p.Publish(t.Context(), m); !errors.Is(err, ErrInvalidMessage) || errors.Is(err, ErrIndeterminate) {
+		t.Fatalf("Publish(bad header) = %v, want an immediate *InvalidMessageError", err)
 	}
 	if err := p.Publish(t.Context(), msg(q, "good", nil)); err != nil {
 		t.Fatalf("Publish after a refused message = %v", err)
