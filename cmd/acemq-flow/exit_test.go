@@ -55,7 +55,15 @@ func TestCtrlCEndsWaits(t *testing.T) {
 			var out, errb bytes.Buffer
 			done <- run(ctx, args, never, &out, &errb)
 		}()
-		time.AfterFunc(200*time.Millisecond, cancel)
+		// Still waiting a moment later: on the pipe, on the server.
+		select {
+		case code := <-done:
+			t.Errorf("%s ended (exit %d) before Ctrl-C; want it waiting", name, code)
+			cancel()
+			continue
+		case <-time.After(200 * time.Millisecond):
+		}
+		cancel()
 		select {
 		case code := <-done:
 			if code != 1 {
