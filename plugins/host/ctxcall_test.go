@@ -113,3 +113,39 @@ func TestACallTellsThePluginTheTimeItHasLeft(t *testing.T) {
 		t.Fatalf("the handler had %s ms, want at most 300 (what the call had left)", resp.GetOutput().GetPayload())
 	}
 }
+
+// A failure that reaches the host once the limit has passed is the handler
+// stopped at that limit: the call timed out, on every path that can see the
+// answer (it may come while the host is already giving up on the call).
+func TestFailureAnsweredAtTheLimitIsTheTimeout(t *testing.T) {
+	failure := &proto.HandleResponse{CallId: 1, Outcome: &proto.HandleResponse_Failure{Failure: &proto.Failure{Message: "interrupted"}}}
+	output := &proto.HandleResponse{CallId: 1, Outcome: &proto.HandleResponse_Output{Output: &proto.Output{Payload: []byte("x")}}}
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	past, future := time.Now().Add(-time.Millisecond), time.Now().Add(time.Hour)
+	tests := []struct {
+		name    string
+		l       limit
+		resp    *proto.HandleResponse
+		wantErr error // nil: want resp back
+	}{
+		{"a failure after the limit", limit{ctx: context.Background(), deadline: past, err: ErrTimeout}, failure, ErrTimeout},
+		{"a failure after the caller's context ended", limit{ctx: cancelled, deadline: future, err: ErrTimeout}, failure, context.Canceled},
+		{"a failure within the limit", limit{ctx: context.Background(), deadline: future, err: ErrTimeout}, failure, nil},
+		{"an output after the limit", limit{ctx: context.Background(), deadline: past, err: ErrTimeout}, output, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := tc.l.answered(tc.resp)
+			if tc.wantErr == nil {
+				if err != nil || got != tc.resp {
+					t.Fatalf("answered = %v, %v; want the answer", got, err)
+				}
+				return
+			}
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("answered = %v, %v; want %v", got, err, tc.wantErr)
+			}
+		})
+	}
+}

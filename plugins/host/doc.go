@@ -1,5 +1,5 @@
 // Package host runs acemq-flow plugins: the processes that serve a flow's
-// step handlers over hashicorp/go-plugin (gRPC only, automatic mutual TLS).
+// step handlers over hashicorp/go-plugin (gRPC, automatic mutual TLS).
 //
 // The runtime uses it in this order:
 //
@@ -11,7 +11,9 @@
 //     the flows that name it.
 //  3. Call, from any number of goroutines, runs one handler on one message.
 //     All calls to one plugin share one bidirectional stream, batched in
-//     both directions, with many in flight. A crashed plugin is restarted
+//     both directions, with many in flight: on Unix, a socket pair private
+//     to the two processes when the plugin serves it (plugins built with
+//     the SDK do), else gRPC's Calls stream. A crashed plugin is restarted
 //     with backoff; calls in flight fail as retryable, later calls wait for
 //     the restart within their timeout.
 //  4. Close kills the process (and anything it started) and waits for it.

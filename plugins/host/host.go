@@ -192,7 +192,7 @@ func (p *Plugin) start(ctx context.Context) error {
 	life, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	p.stopLife = cancel
 	p.wg.Go(func() { p.supervise(life, inst) })
-	p.log.Info("plugin started", "pid", inst.pid, "handlers", len(inst.handlers))
+	p.log.Info("plugin started", "pid", inst.pid, "handlers", len(inst.handlers), "calls", inst.calls)
 	return nil
 }
 
@@ -466,7 +466,7 @@ func (p *Plugin) spawnProcess(ctx context.Context) (*instance, error) {
 	// A plugin that handshakes but then does not answer must not stall a
 	// start or a restart forever.
 	openCtx, cancelOpen := context.WithTimeout(ctx, cfg.StartTimeout)
-	inst, err := openInstance(openCtx, cfg.Name, raw.(*grpc.ClientConn), run.Pid(), run.exited,
+	inst, err := openInstance(openCtx, cfg.Name, raw.(*grpc.ClientConn), run.takeCalls(), run.Pid(), run.exited,
 		run.exitStatus, release)
 	cancelOpen()
 	if err != nil {
@@ -507,9 +507,12 @@ func (p *Plugin) startError(run *procRunner, began time.Time, err error) error {
 // first, then SIGKILL to the whole process group after killGrace (go-plugin
 // can hang on a plugin that does not answer), and waits for the exit.
 func (p *Plugin) releaseProcess(client *plugin.Client, run *procRunner) error {
-	if run != nil && run.socketDir != "" {
-		// go-plugin leaves it behind when the process could not be run.
-		defer os.RemoveAll(run.socketDir)
+	if run != nil {
+		run.closeFiles()
+		if run.socketDir != "" {
+			// go-plugin leaves it behind when the process could not be run.
+			defer os.RemoveAll(run.socketDir)
+		}
 	}
 	killed := make(chan struct{})
 	go func() {

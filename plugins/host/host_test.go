@@ -55,8 +55,18 @@ func (w tWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// assertCalls checks which transport p's calls travel over.
+func assertCalls(t *testing.T, p *Plugin, want string) {
+	t.Helper()
+	if got := p.cur.Load().calls; got != want {
+		t.Errorf("the plugin's calls travel over %q, want %q", got, want)
+	}
+}
+
 func TestCall(t *testing.T) {
 	p := startTestkit(t, Config{})
+	// A plugin built with the SDK serves its calls on the call socket.
+	assertCalls(t, p, "socket")
 	first := time.Date(2026, 9, 9, 14, 3, 11, 0, time.UTC)
 	env := Envelope{MessageID: "m-1", CorrelationID: "c-1", Attempt: 1, FirstSeen: first}
 
@@ -261,6 +271,8 @@ func TestChecksum(t *testing.T) {
 		if _, err := p.Call(t.Context(), Request{Handler: "echo", Payload: []byte(`1`)}); err != nil {
 			t.Fatal(err)
 		}
+		// The call socket comes after the executable's descriptor.
+		assertCalls(t, p, "socket")
 	})
 	t.Run("the file run is the file hashed", func(t *testing.T) {
 		if runtime.GOOS != "linux" {

@@ -3,6 +3,8 @@ package host
 import (
 	"context"
 	"fmt"
+	"net"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -25,10 +27,13 @@ const (
 // call stream multiplexed over its connection. It fails once, for good:
 // the Plugin replaces a failed instance with a new one.
 type instance struct {
-	plugin   string
-	rpc      proto.PluginClient
-	stream   proto.Plugin_CallsClient
-	cancel   context.CancelFunc // ends the stream
+	plugin string
+	rpc    proto.PluginClient
+	stream callStream
+	cancel func() // ends the stream
+	// calls says which transport the call stream uses: "socket" (the
+	// call socket) or "grpc" (the Calls stream).
+	calls    string
 	started  time.Time
 	handlers []HandlerInfo
 	pid      int // 0 in process
@@ -72,36 +77,112 @@ type outgoing struct {
 	cancel uint64               // a call the host no longer waits for
 }
 
+// callStream is the call stream as the instance uses it: the gRPC Calls
+// stream, or the same messages framed on the call socket.
+type callStream interface {
+	Send(*proto.CallBatch) error
+	Recv() (*proto.ResultBatch, error)
+}
+
+// socketStream is the call stream on the call socket (proto.Frames).
+type socketStream struct{ f *proto.Frames }
+
+func (s socketStream) Send(b *proto.CallBatch) error { return s.f.Write(b) }
+
+func (s socketStream) Recv() (*proto.ResultBatch, error) {
+	b := &proto.ResultBatch{}
+	if err := s.f.Read(b); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// openCallSocket returns the call socket on calls, the host's end of the
+// socket pair whose other end the plugin inherited, when the plugin serves
+// calls on it: a plugin that does writes one empty ResultBatch there before
+// it prints its handshake line, so the frame is waiting by the time the
+// plugin has answered Describe. Otherwise it closes calls and returns nil,
+// and calls go over gRPC.
+func openCallSocket(calls *os.File) *proto.Frames {
+	if calls == nil {
+		return nil
+	}
+	// Only what is already there: a plugin that does not serve the socket
+	// writes nothing, and one that does wrote long before.
+	ready := callSocketReady(calls)
+	conn, err := net.FileConn(calls)
+	calls.Close() // conn holds a duplicate
+	if err != nil {
+		return nil
+	}
+	f := proto.NewFrames(conn)
+	if !ready {
+		f.Close()
+		return nil
+	}
+	// The whole frame is waiting, but a plugin that wrote a part only
+	// must not hold the start.
+	_ = conn.SetReadDeadline(time.Now().Add(time.Second))
+	var hello proto.ResultBatch
+	err = f.Read(&hello)
+	_ = conn.SetReadDeadline(time.Time{})
+	if err != nil || len(hello.GetResults()) > 0 {
+		f.Close()
+		return nil
+	}
+	return f
+}
+
 // openInstance checks the plugin's health, describes it and opens the call
-// stream over conn. exited, when not nil, is closed when the process exits;
-// exitStatus then says how. On error, the caller still owns release.
-func openInstance(ctx context.Context, name string, conn grpc.ClientConnInterface, pid int,
+// stream: on calls, the host's end of the call socket, when the plugin
+// serves calls there (see openCallSocket), else over conn. openInstance
+// takes calls, which may be nil. exited, when not nil, is closed when the
+// process exits; exitStatus then says how. On error, the caller still owns
+// release.
+func openInstance(ctx context.Context, name string, conn grpc.ClientConnInterface, calls *os.File, pid int,
 	exited <-chan struct{}, exitStatus func() string, release func() error) (*instance, error) {
 	health, err := grpc_health_v1.NewHealthClient(conn).Check(ctx, &grpc_health_v1.HealthCheckRequest{Service: "plugin"})
+	if err != nil {
+		closeFile(calls)
+		return nil, fmt.Errorf("health check: %w", err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("health check: %w", err)
 	}
 	if s := health.GetStatus(); s != grpc_health_v1.HealthCheckResponse_SERVING {
+		closeFile(calls)
 		return nil, fmt.Errorf("health check: service %q reports %s, want SERVING", "plugin", s)
 	}
 	rpc := proto.NewPluginClient(conn)
 	desc, err := rpc.Describe(ctx, &proto.DescribeRequest{})
 	if err != nil {
+		closeFile(calls)
 		return nil, fmt.Errorf("describe: %w", err)
 	}
-	// The stream lives as long as the instance, not as long as ctx (the
-	// caller of Start, or one restart attempt).
-	streamCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	stream, err := rpc.Calls(streamCtx)
-	if err != nil {
-		cancel()
-		return nil, fmt.Errorf("open call stream: %w", err)
+	var (
+		stream    callStream
+		cancel    func()
+		transport = "socket"
+	)
+	if f := openCallSocket(calls); f != nil {
+		stream, cancel = socketStream{f}, func() { _ = f.Close() }
+	} else {
+		transport = "grpc"
+		// The stream lives as long as the instance, not as long as ctx
+		// (the caller of Start, or one restart attempt).
+		streamCtx, cancelStream := context.WithCancel(context.WithoutCancel(ctx))
+		if stream, err = rpc.Calls(streamCtx); err != nil {
+			cancelStream()
+			return nil, fmt.Errorf("open call stream: %w", err)
+		}
+		cancel = cancelStream
 	}
 	i := &instance{
 		plugin:   name,
 		rpc:      rpc,
 		stream:   stream,
 		cancel:   cancel,
+		calls:    transport,
 		started:  time.Now(),
 		handlers: handlersFromProto(desc),
 		pid:      pid,
@@ -230,22 +311,7 @@ func (i *instance) call(l limit, req Request) (*proto.HandleResponse, error) {
 	var cause error
 	select {
 	case resp := <-ch:
-		// A failure answered once the limit or the caller's deadline has
-		// passed is the handler stopped by that deadline (the plugin
-		// applies the same one): it is the timeout, whichever of the two
-		// the host happened to see first.
-		if resp.GetFailure() != nil {
-			if !time.Now().Before(l.deadline) {
-				return nil, l.err
-			}
-			if l.ctx.Err() != nil {
-				return nil, context.Cause(l.ctx)
-			}
-			if d, ok := l.ctx.Deadline(); ok && !time.Now().Before(d) {
-				return nil, context.DeadlineExceeded
-			}
-		}
-		return resp, nil
+		return l.answered(resp)
 	case <-l.ctx.Done():
 		cause = context.Cause(l.ctx)
 	case <-l.expire:
@@ -254,7 +320,7 @@ func (i *instance) call(l limit, req Request) (*proto.HandleResponse, error) {
 	case <-i.done:
 		select {
 		case resp := <-ch:
-			return resp, nil
+			return l.answered(resp)
 		default:
 		}
 		return nil, i.err
@@ -266,10 +332,29 @@ func (i *instance) call(l limit, req Request) (*proto.HandleResponse, error) {
 	}
 	select {
 	case resp := <-ch: // answered while the limit passed: use it
-		return resp, nil
+		return l.answered(resp)
 	default:
 	}
 	return nil, cause
+}
+
+// answered is the outcome of a call that got resp. A failure answered once
+// the limit or the caller's deadline has passed is the handler stopped by
+// that deadline (the plugin applies the same one): it is the timeout,
+// whichever of the two the host happened to see first.
+func (l limit) answered(resp *proto.HandleResponse) (*proto.HandleResponse, error) {
+	if resp.GetFailure() != nil {
+		if !time.Now().Before(l.deadline) {
+			return nil, l.err
+		}
+		if l.ctx.Err() != nil {
+			return nil, context.Cause(l.ctx)
+		}
+		if d, ok := l.ctx.Deadline(); ok && !time.Now().Before(d) {
+			return nil, context.DeadlineExceeded
+		}
+	}
+	return resp, nil
 }
 
 // forget removes a pending call and reports whether it was still pending.

@@ -43,6 +43,8 @@ func TestPythonPlugin(t *testing.T) {
 		}
 	})
 
+	// The plugin ignores the call socket it is offered: calls go over gRPC.
+	assertCalls(t, p, "grpc")
 	hs := p.Handlers()
 	if len(hs) != 1 || hs[0].Name != "echo" {
 		t.Fatalf("Handlers() = %+v, want [echo]", hs)

@@ -17,6 +17,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin/runner"
+
+	"github.com/acemq/acemq-flow/plugins/proto"
 )
 
 // procRunner is the go-plugin runner for a plugin process. The host uses
@@ -41,6 +43,10 @@ type procRunner struct {
 	// verified is the executable whose sha256 was checked, open until the
 	// process starts (nil without a sha256).
 	verified *os.File
+	// calls is the host's end of the call socket (nil where there is none)
+	// until openInstance takes it; callsChild the plugin's end, open until
+	// the process starts.
+	calls, callsChild *os.File
 }
 
 var _ runner.Runner = (*procRunner)(nil)
@@ -69,19 +75,46 @@ func newProcRunner(cfg Config, base *exec.Cmd) (*procRunner, error) {
 	for _, k := range slices.Sorted(maps.Keys(cfg.Env)) {
 		env = append(env, k+"="+cfg.Env[k])
 	}
-	cmd.Env = append(env, base.Env...)
+	env = append(env, base.Env...)
+	calls, callsChild, err := callSocketPair()
+	if err != nil {
+		closeFile(verified)
+		return nil, fmt.Errorf("plugin %q: %w", cfg.Name, err)
+	}
+	r := &procRunner{cfg: cfg, cmd: cmd, verified: verified, calls: calls, callsChild: callsChild, exited: make(chan struct{})}
+	if callsChild != nil {
+		// The plugin's end is descriptor 3 + its index among the extra
+		// files; the variable comes last so that no flow env replaces it.
+		cmd.ExtraFiles = append(cmd.ExtraFiles, callsChild)
+		env = append(env, fmt.Sprintf("%s=%d", proto.CallsFDEnv, 2+len(cmd.ExtraFiles)))
+	}
+	cmd.Env = env
 	cmd.SysProcAttr = childProcAttr()
-	stdout, err := cmd.StdoutPipe()
+	if r.stdout, err = cmd.StdoutPipe(); err == nil {
+		r.stderr, err = cmd.StderrPipe()
+	}
 	if err != nil {
-		closeFile(verified)
+		r.closeFiles()
 		return nil, err
 	}
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		closeFile(verified)
-		return nil, err
-	}
-	return &procRunner{cfg: cfg, cmd: cmd, stdout: stdout, stderr: stderr, verified: verified, exited: make(chan struct{})}, nil
+	return r, nil
+}
+
+// closeFiles closes the descriptors the runner still holds.
+func (r *procRunner) closeFiles() {
+	closeFile(r.verified)
+	closeFile(r.callsChild)
+	closeFile(r.takeCalls())
+	r.verified, r.callsChild = nil, nil
+}
+
+// takeCalls hands over the host's end of the call socket, once.
+func (r *procRunner) takeCalls() *os.File {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f := r.calls
+	r.calls = nil
+	return f
 }
 
 func closeFile(f *os.File) {
@@ -124,9 +157,12 @@ func inheritedEnv(environ []string) []string {
 
 func (r *procRunner) Start(context.Context) error {
 	err := r.cmd.Start()
-	closeFile(r.verified) // the child has its own copy of the descriptor
-	r.verified = nil
+	// The child has its own copies of these descriptors.
+	closeFile(r.verified)
+	closeFile(r.callsChild)
+	r.verified, r.callsChild = nil, nil
 	if err != nil {
+		closeFile(r.takeCalls())
 		return err
 	}
 	r.mu.Lock()

@@ -5,7 +5,9 @@
 // service below. plugins/README.md documents the handshake for other
 // languages.
 //
-// Calls travel over one long-lived bidirectional stream per plugin process:
+// Calls travel over one long-lived bidirectional stream per plugin process
+// (on Unix, plugins built with the Go SDK carry the same messages on a
+// private socket pair instead; see plugins/README.md, "The call socket"):
 // the host sends batches of calls, each with its own call_id, and the plugin
 // answers each call when its handler returns, in any order, possibly batched
 // with other answers. Many calls are in flight at once; plugin authors still

@@ -45,6 +45,7 @@ func Serve(handlers map[string]Handler, opts ...Option) {
 		fmt.Fprintf(stderr, "acemq-flow plugin: invalid handlers: %v\n", err)
 		os.Exit(1)
 	}
+	serveCallSocket(srv.(*server))
 	plugin.Serve(&plugin.ServeConfig{
 		HandshakeConfig: handshake(),
 		Plugins:         plugin.PluginSet{proto.PluginName: &grpcPlugin{server: srv}},
@@ -66,6 +67,27 @@ func Serve(handlers map[string]Handler, opts ...Option) {
 			JSONFormat: true,
 		}),
 	})
+}
+
+// serveCallSocket serves calls on the call socket the host offers, if it
+// offers one (proto.CallsFDEnv), before the handshake line is printed: the
+// host looks for the socket's first frame once the plugin has answered
+// Describe. Without it, or if it cannot be used, calls come over gRPC.
+func serveCallSocket(srv *server) {
+	v, ok := os.LookupEnv(proto.CallsFDEnv)
+	if !ok {
+		return
+	}
+	// Not for the handlers' own child processes.
+	_ = os.Unsetenv(proto.CallsFDEnv)
+	f, err := proto.FramesFromFD(v)
+	if err != nil {
+		fmt.Fprintf(stderr, "acemq-flow plugin: %v; calls come over gRPC instead\n", err)
+		return
+	}
+	if err := srv.serveSocket(f); err != nil {
+		fmt.Fprintf(stderr, "acemq-flow plugin: call socket: %v; calls come over gRPC instead\n", err)
+	}
 }
 
 // handshake returns the go-plugin handshake acemq-flow plugins answer,

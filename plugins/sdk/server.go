@@ -66,15 +66,58 @@ func (s *server) Describe(context.Context, *proto.DescribeRequest) (*proto.Descr
 	return resp, nil
 }
 
-// Calls serves the host's call stream: each HandleRequest runs in its own
+// Calls serves the host's call stream over gRPC (see serveCalls).
+func (s *server) Calls(stream proto.Plugin_CallsServer) error {
+	return s.serveCalls(stream.Context(), stream)
+}
+
+// callStream is the call stream as the server uses it: the gRPC Calls
+// stream, or the same messages framed on the call socket.
+type callStream interface {
+	Recv() (*proto.CallBatch, error)
+	Send(*proto.ResultBatch) error
+}
+
+// socketStream is the call stream on the call socket (proto.Frames).
+type socketStream struct{ f *proto.Frames }
+
+func (s socketStream) Send(b *proto.ResultBatch) error { return s.f.Write(b) }
+
+func (s socketStream) Recv() (*proto.CallBatch, error) {
+	b := &proto.CallBatch{}
+	if err := s.f.Read(b); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// serveSocket serves calls on the call socket the host passed (see
+// proto.CallsFDEnv) until the host closes it. It first writes the empty
+// ResultBatch that tells the host the socket is served; when even that
+// fails it closes the socket, and the host calls over gRPC.
+func (s *server) serveSocket(f *proto.Frames) error {
+	if err := f.Write(&proto.ResultBatch{}); err != nil {
+		f.Close()
+		return err
+	}
+	go func() {
+		defer f.Close()
+		if err := s.serveCalls(context.Background(), socketStream{f}); err != nil {
+			fmt.Fprintf(stderr, "acemq-flow plugin: call socket: %v\n", err)
+		}
+	}()
+	return nil
+}
+
+// serveCalls serves one call stream: each HandleRequest runs in its own
 // goroutine, and answers go back in batches as they are ready. It returns
 // when the host closes the stream; handlers still running then have their
-// contexts cancelled and are waited for.
-func (s *server) Calls(stream proto.Plugin_CallsServer) error {
+// contexts cancelled and are waited for. ctx gives the calls' values.
+func (s *server) serveCalls(ctx context.Context, stream callStream) error {
 	// Each call's context is cancelled through running, not through a
 	// common parent: deriving every call from one context would make all
 	// handlers take that context's lock as they start and finish.
-	base := context.WithoutCancel(stream.Context())
+	base := context.WithoutCancel(ctx)
 	var (
 		mu      sync.Mutex
 		running = map[uint64]context.CancelFunc{}
@@ -149,7 +192,7 @@ func (s *server) callContext(ctx context.Context, call *proto.HandleRequest) (co
 // share writes (and the wake-ups and system calls that go with them), and
 // at low load an answer is written at once.
 type resultSender struct {
-	stream  proto.Plugin_CallsServer
+	stream  callStream
 	onError func()
 
 	mu      sync.Mutex

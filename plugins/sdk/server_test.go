@@ -3,6 +3,7 @@ package sdk
 import (
 	"context"
 	"io"
+	"net"
 	"testing"
 	"time"
 
@@ -72,5 +73,59 @@ func TestCancelInTheSameBatchAsItsCall(t *testing.T) {
 	close(stream.in)
 	if err := <-served; err != nil {
 		t.Fatalf("Calls returned %v after the host closed the stream", err)
+	}
+}
+
+// On the call socket the server first says it serves it (an empty
+// ResultBatch), then answers calls there, and stops when the host closes
+// its end, cancelling what still runs.
+func TestServeSocket(t *testing.T) {
+	cancelled := make(chan struct{})
+	srv, err := NewServer(map[string]Handler{
+		"echo": {Func: func(_ context.Context, r *Request) (*Result, error) { return &Result{Payload: r.Payload}, nil }},
+		"wait": {Func: func(ctx context.Context, _ *Request) (*Result, error) {
+			<-ctx.Done()
+			close(cancelled)
+			return nil, ctx.Err()
+		}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostEnd, pluginEnd := net.Pipe()
+	host := proto.NewFrames(hostEnd)
+	served := make(chan error, 1)
+	go func() { served <- srv.(*server).serveSocket(proto.NewFrames(pluginEnd)) }()
+
+	var hello proto.ResultBatch
+	if err := host.Read(&hello); err != nil || len(hello.GetResults()) != 0 {
+		t.Fatalf("first frame on the call socket = %v, %v; want an empty ResultBatch", &hello, err)
+	}
+	if err := <-served; err != nil {
+		t.Fatalf("serveSocket: %v", err)
+	}
+	call := &proto.CallBatch{Calls: []*proto.HandleRequest{
+		{CallId: 1, Handler: "wait"},
+		{CallId: 2, Handler: "echo", Payload: []byte("hi")},
+	}}
+	if err := host.Write(call); err != nil {
+		t.Fatal(err)
+	}
+	var got proto.ResultBatch
+	if err := host.Read(&got); err != nil {
+		t.Fatal(err)
+	}
+	want := &proto.ResultBatch{Results: []*proto.HandleResponse{{CallId: 2,
+		Outcome: &proto.HandleResponse_Output{Output: &proto.Output{Payload: []byte("hi")}}}}}
+	if !gproto.Equal(&got, want) {
+		t.Fatalf("answer on the call socket = %v, want %v", &got, want)
+	}
+	// The host goes away: the handler still running has its context
+	// cancelled.
+	host.Close()
+	select {
+	case <-cancelled:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a handler still running when the host closed the call socket was not cancelled within 10s")
 	}
 }
