@@ -116,12 +116,26 @@ func (g *group) start(ctx context.Context) error {
 	return nil
 }
 
+// groupPrefetch is the prefetch of a group's one broker consumer: the
+// group's prefetch for each of its size handlers, within what basic.qos
+// carries.
+//
+// A group of N is one subscription with N handlers, not N subscriptions of
+// one: to a quorum queue, N consumers that each get a message back for
+// every one they settle cost far more per message than one consumer of N
+// times the prefetch, whose deliveries and settlements go in batches
+// (measured: a hop through a plugin at concurrency 32 ran at 0.69 of raw
+// AMQP with 32 consumers, 0.95 with one).
+func groupPrefetch(prefetch, size int) int {
+	return min(prefetch*size, broker.MaxPrefetch)
+}
+
 // add starts the group's member; the caller holds g.mu.
 func (g *group) add() {
 	ctx, cancel := context.WithCancel(g.r.runCtx)
 	m := &member{cancel: cancel, done: make(chan struct{}),
-		bc: broker.NewConsumer(g.r.consume, broker.ConsumerOptions{Queue: g.c.Queue, Tag: g.c.ID, Prefetch: g.prefetch,
-			Subscriptions: g.size, Concurrency: 1, DrainTimeout: g.r.opts.DrainTimeout, Log: g.r.log.With("flow", g.c.Flow, "consumer", g.c.ID)})}
+		bc: broker.NewConsumer(g.r.consume, broker.ConsumerOptions{Queue: g.c.Queue, Tag: g.c.ID, Prefetch: groupPrefetch(g.prefetch, g.size),
+			Subscriptions: 1, Concurrency: g.size, DrainTimeout: g.r.opts.DrainTimeout, Log: g.r.log.With("flow", g.c.Flow, "consumer", g.c.ID)})}
 	g.member = m
 	g.r.wg.Go(func() {
 		defer close(m.done)
@@ -186,8 +200,9 @@ func (g *group) shutdown() {
 	g.state = StateStopped
 }
 
-// scale sets the number of consumers; scaling down blocks while the removed
-// consumers drain (listeners.txt, "scaling down blocks").
+// scale sets the number of consumers (handlers at once); scaling down
+// blocks while the handlers removed finish what they hold (listeners.txt,
+// "scaling down blocks").
 func (g *group) scale(n int) error {
 	if n < 1 || n > MaxConsumers {
 		return fmt.Errorf("consumer %q: %w", g.c.ID, ErrGroupSize)
@@ -201,19 +216,25 @@ func (g *group) scale(n int) error {
 	if g.state != StateRunning {
 		return nil
 	}
-	left, err := g.member.bc.Scale(n)
+	left, err := g.member.bc.SetConcurrency(n)
 	if err != nil {
-		g.size = g.member.bc.Subscriptions()
+		g.size = g.member.bc.Concurrency()
 		return fmt.Errorf("consumer %q: scale to %d: %w (it runs %d)", g.c.ID, n, err, g.size)
 	}
+	// The broker consumer's prefetch follows the handlers; it changes by
+	// subscribing again on the same channel (deliveries held stay valid).
+	if err := g.member.bc.SetPrefetch(groupPrefetch(g.prefetch, n)); err != nil {
+		return fmt.Errorf("consumer %q: scale to %d: %w", g.c.ID, n, err)
+	}
 	if left > 0 {
-		g.log.Warn(fmt.Sprintf("consumer %s scaled down with %d message(s) still in flight after %s; their handlers are told to stop, and each message is settled when its handler returns", g.c.ID, left, g.r.opts.DrainTimeout))
+		g.log.Warn(fmt.Sprintf("consumer %s scaled down with %d handler(s) still running past the new size after %s; each message is settled when its handler returns", g.c.ID, left, g.r.opts.DrainTimeout))
 	}
 	g.log.Info("consumer scaled", "concurrency", n)
 	return nil
 }
 
-// setPrefetch changes the prefetch of every consumer of the group.
+// setPrefetch changes the prefetch of every consumer (handler) of the
+// group.
 func (g *group) setPrefetch(n int) error {
 	if n < 1 || n > broker.MaxPrefetch {
 		return badRequest{fmt.Errorf("consumer %q: prefetch %d is out of range; give 1 to %d", g.c.ID, n, broker.MaxPrefetch)}
@@ -221,7 +242,7 @@ func (g *group) setPrefetch(n int) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if m := g.member; m != nil {
-		if err := m.bc.SetPrefetch(n); err != nil {
+		if err := m.bc.SetPrefetch(groupPrefetch(n, g.size)); err != nil {
 			return fmt.Errorf("consumer %q: set prefetch: %w", g.c.ID, err)
 		}
 	}

@@ -119,13 +119,14 @@ func (r *Runtime) Scale(id string, n int) error {
 	return g.scale(n)
 }
 
-// MaxConsumers bounds the consumers of one runtime, all groups together.
-// Each group consumes on a channel of its own (its consumers are
-// subscriptions on it), on the runtime's one consuming connection, and
-// RabbitMQ allows a connection 2,047 channels by default (channel_max);
-// past it, channel opens fail, over and over, for every group on the
-// connection. Bounding the consumers bounds the groups, with the rest of
-// the channels left for topology checks.
+// MaxConsumers bounds the consumers (handlers at once) of one runtime, all
+// groups together. Each group consumes on a channel of its own (one broker
+// consumer with the group's handlers), on the runtime's one consuming
+// connection, and RabbitMQ allows a connection 2,047 channels by default
+// (channel_max); past it, channel opens fail, over and over, for every group
+// on the connection. Bounding the consumers bounds the groups, with the
+// rest of the channels left for topology checks, and the handlers'
+// goroutines with them.
 const MaxConsumers = 2000
 
 // ErrTooManyConsumers is returned when flows or a scale ask for more than

@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -103,7 +104,9 @@ func TestRegistryStartsStopsScalesAndPauses(t *testing.T) {
 			return nil
 		})
 	}
-	consumersOn("p.a", 2)
+	// A group is one broker consumer whatever its size (its size is how
+	// many handlers run at once: TestGroupSizeIsHandlersAtOnce).
+	consumersOn("p.a", 1)
 	if _, ok := queueConsumers(t, channel(), "late.q"); ok {
 		t.Error("an auto_startup: false consumer's queue was declared before it was started")
 	}
@@ -111,7 +114,6 @@ func TestRegistryStartsStopsScalesAndPauses(t *testing.T) {
 	if err := rt.Scale("p.a", 3); err != nil {
 		t.Fatal(err)
 	}
-	consumersOn("p.a", 3)
 	if err := rt.Scale("p.a", 1); err != nil {
 		t.Fatal(err)
 	}
@@ -384,5 +386,117 @@ consumers:
 	}
 	if st, _ := rt.Consumer(context.Background(), "audit"); st.State != runtime.StateStopped {
 		t.Errorf("audit is %s after Run returned, want stopped", st.State)
+	}
+}
+
+const handlersFlow = `version: acemq.flow/v1
+name: hold
+plugins:
+  k: {command: ./not-started}
+pipelines:
+  - name: h
+    steps:
+      - {name: a, handler: k.hold, concurrency: 2, prefetch: 3}
+`
+
+// A group's size is how many of its handlers run at once, and its prefetch
+// is per handler: one broker consumer takes size × prefetch messages.
+// Scaling changes both while messages are in flight; scaling down returns
+// once the handlers beyond the new size have finished.
+func TestGroupSizeIsHandlersAtOnce(t *testing.T) {
+	url := testenv.VHost(t)
+	var running atomic.Int64
+	release := make(chan struct{}, 100)
+	hold := func(ctx context.Context, req runtime.Request) (runtime.Result, error) {
+		running.Add(1)
+		defer running.Add(-1)
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return runtime.Result{Payload: req.Payload}, nil
+	}
+	rt, _ := startInProcess(t, url, handlersFlow, runtime.Options{Handlers: map[string]runtime.HandlerFunc{"k.hold": hold}})
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const total = 30
+	for range total {
+		if err := ch.Publish("h", "a", true, false, amqp.Publishing{ContentType: "application/json", Body: []byte(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ready := func() int {
+		q, err := ch.QueueDeclarePassive("h.a", true, false, false, false, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return q.Messages
+	}
+	// state waits until exactly want handlers run and the broker holds at
+	// most maxReady messages ready (the rest are prefetched).
+	state := func(want int64, maxReady int) {
+		t.Helper()
+		testenv.Eventually(t, 10*time.Second, func() error {
+			if n, r := running.Load(), ready(); n != want || r > maxReady {
+				return testenv.Errorf("%d handlers run and %d messages are ready; want %d running and at most %d ready", n, r, want, maxReady)
+			}
+			return nil
+		})
+	}
+	state(2, total-2*3)
+	if r := ready(); r != total-2*3 {
+		t.Errorf("%d messages ready with 2 handlers of prefetch 3; want %d (the broker consumer's prefetch is 6)", r, total-6)
+	}
+
+	if err := rt.Scale("h.a", 4); err != nil {
+		t.Fatal(err)
+	}
+	state(4, total-4*3)
+
+	scaled := make(chan error, 1)
+	go func() { scaled <- rt.Scale("h.a", 1) }()
+	// Handlers finish one at a time until the scale has taken the slots of
+	// three of them (deliveries already waiting for a slot may take a freed
+	// one first).
+	for done := false; !done; {
+		select {
+		case err := <-scaled:
+			if err != nil {
+				t.Fatalf("Scale(1): %v", err)
+			}
+			done = true
+		case <-time.After(200 * time.Millisecond):
+			if len(release) == 0 {
+				release <- struct{}{}
+			}
+		}
+	}
+	state(1, total)
+	// From now on one handler at a time: each message released lets the
+	// next one start, never two.
+	for range 5 {
+		release <- struct{}{}
+		testenv.Eventually(t, 10*time.Second, func() error {
+			if len(release) > 0 {
+				return testenv.Errorf("the release was not taken yet")
+			}
+			return nil
+		})
+		if n := running.Load(); n > 1 {
+			t.Fatalf("%d handlers run after scaling down to 1", n)
+		}
+	}
+	if st, err := rt.Consumer(t.Context(), "h.a"); err != nil || st.Size != 1 || st.Prefetch != 3 {
+		t.Errorf("Consumer(h.a) = %+v, %v; want size 1, prefetch 3 (per handler)", st, err)
+	}
+	for range total {
+		release <- struct{}{}
 	}
 }

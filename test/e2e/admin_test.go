@@ -41,28 +41,29 @@ func TestConsumersCommandSteersTheRunningRuntime(t *testing.T) {
 		}
 		return n, prefetch
 	}
-	for _, size := range []int{4, 1, 4} {
-		if _, errOut, code := cli(t, "consumers", "scale", "hops.a", strconv.Itoa(size), "--admin", addr); code != 0 {
-			t.Fatalf("scale %d: exit %d: %s", size, code, errOut)
-		}
-		// Scaling up returns once the new consumers are starting; they
-		// subscribe on their own channels a moment later.
+	// A group is one broker consumer whose prefetch is its size times the
+	// step's prefetch (100 per handler); it subscribes again with the new
+	// prefetch a moment after a scale returns.
+	brokerPrefetch := func(want string) {
+		t.Helper()
 		testenv.Eventually(t, 10*time.Second, func() error {
-			if n, _ := brokerConsumers("hops.a"); n != size {
-				return testenv.Errorf("after scale %d the broker shows %d consumers on hops.a", size, n)
+			if _, pf := brokerConsumers("hops.a"); !slices.Equal(pf, []string{want}) {
+				return testenv.Errorf("the broker shows prefetch counts %v on hops.a, want one consumer of prefetch %s", pf, want)
 			}
 			return nil
 		})
 	}
+	brokerPrefetch("400")
+	for _, size := range []int{1, 6} {
+		if _, errOut, code := cli(t, "consumers", "scale", "hops.a", strconv.Itoa(size), "--admin", addr); code != 0 {
+			t.Fatalf("scale %d: exit %d: %s", size, code, errOut)
+		}
+		brokerPrefetch(strconv.Itoa(size * 100))
+	}
 	if _, errOut, code := cli(t, "consumers", "prefetch", "hops.a", "9", "--admin", addr); code != 0 {
 		t.Fatalf("prefetch: exit %d: %s", code, errOut)
 	}
-	testenv.Eventually(t, 10*time.Second, func() error {
-		if _, pf := brokerConsumers("hops.a"); len(pf) != 4 || slices.ContainsFunc(pf, func(p string) bool { return p != "9" }) {
-			return testenv.Errorf("after prefetch 9 the broker shows prefetch counts %v on hops.a", pf)
-		}
-		return nil
-	})
+	brokerPrefetch("54")
 
 	steps := []struct {
 		args []string
