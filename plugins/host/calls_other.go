@@ -1,10 +1,10 @@
-//go:build !unix
+//go:build !unix || aix
 
 package host
 
 import "os"
 
-// callSocketPair: without Unix sockets, calls travel over gRPC.
+// callSocketPair: here calls travel over gRPC.
 func callSocketPair() (host, child *os.File, err error) { return nil, nil, nil }
 
-func callSocketReady(*os.File) bool { return false }
+func callSocketHello(*os.File) bool { return false }

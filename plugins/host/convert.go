@@ -2,7 +2,9 @@ package host
 
 import (
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -25,15 +27,19 @@ func requestToProto(callID uint64, r Request, timeout time.Duration) *proto.Hand
 	}
 }
 
+// envelopeToProto is the wire form of an envelope. Its text comes from
+// AMQP, where a message id or a header may hold any bytes, and protobuf
+// strings must be UTF-8: bytes that are not are sent as U+FFFD, rather
+// than failing the batch the call travels in (and every call with it).
 func envelopeToProto(e Envelope) *proto.Envelope {
 	m := &proto.Envelope{
-		MessageId:     e.MessageID,
-		Type:          e.Type,
-		CorrelationId: e.CorrelationID,
-		CausationId:   e.CausationID,
-		Origin:        e.Origin,
+		MessageId:     text(e.MessageID),
+		Type:          text(e.Type),
+		CorrelationId: text(e.CorrelationID),
+		CausationId:   text(e.CausationID),
+		Origin:        text(e.Origin),
 		Attempt:       int32(e.Attempt),
-		Headers:       e.Headers,
+		Headers:       textMap(e.Headers),
 	}
 	if !e.FirstSeen.IsZero() {
 		m.FirstSeen = timestamppb.New(e.FirstSeen)
@@ -62,4 +68,26 @@ func handlersFromProto(m *proto.DescribeResponse) []HandlerInfo {
 		out = append(out, HandlerInfo{Name: h.GetName(), InputType: h.GetInputType(), OutputType: h.GetOutputType()})
 	}
 	return out
+}
+
+// text is s with bytes that are not UTF-8 replaced by U+FFFD.
+func text(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
+}
+
+// textMap is m with its keys and values made text; m itself when they are.
+func textMap(m map[string]string) map[string]string {
+	for k, v := range m {
+		if !utf8.ValidString(k) || !utf8.ValidString(v) {
+			out := make(map[string]string, len(m))
+			for k, v := range m {
+				out[text(k)] = text(v)
+			}
+			return out
+		}
+	}
+	return m
 }

@@ -111,29 +111,45 @@ func TestSlowHandlerWhileOthersAnswerIsNotRestarted(t *testing.T) {
 }
 
 func TestWriteStalledOnStoppedPluginIsBounded(t *testing.T) {
-	p := startTestkit(t, Config{Timeout: time.Second})
-	oldPid := p.Pid()
-	stopProcess(t, oldPid)
-
-	payload := bytes.Repeat([]byte("x"), 40<<20) // larger than any socket buffer or gRPC flow-control window
-	done := make(chan error, 1)
-	go func() {
-		_, err := p.Call(t.Context(), Request{Handler: "echo", Payload: payload})
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		// On the call socket the write stops once the socket's buffers are
-		// full, and the write's bound fails the instance (ErrHung). (Over
-		// gRPC, which queues one message whole while the stream has any
-		// write quota left, the call would wait for its answer and time
-		// out instead.) Either way the call fails retryably and the plugin
-		// is restarted.
-		if err == nil || IsFatal(err) || !errors.Is(err, ErrHung) {
-			t.Fatalf("Call(echo 40 MiB) to a stopped plugin: error = %v; want a retryable ErrHung", err)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("Call(echo 40 MiB) to a stopped plugin did not return within 15s (Timeout 1s)")
+	tests := []struct {
+		name    string
+		grpc    bool
+		want    error
+		because string
+	}{
+		// On the call socket the write stops once the socket's buffers
+		// are full, and the write's bound fails the instance.
+		{"call socket", false, ErrHung, "the write's bound fails the instance"},
+		// gRPC queues one message whole while the stream has any write
+		// quota left, so the write returns before flow control holds it:
+		// the call waits for its answer and times out (the hang watcher
+		// then fails the instance).
+		{"grpc", true, ErrTimeout, "the call times out"},
 	}
-	waitRestarted(t, p, oldPid, 20*time.Second)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := startTestkit(t, Config{Timeout: time.Second, grpcCalls: tc.grpc})
+			oldPid := p.Pid()
+			stopProcess(t, oldPid)
+
+			payload := bytes.Repeat([]byte("x"), 40<<20) // larger than any socket buffer or gRPC flow-control window
+			done := make(chan error, 1)
+			go func() {
+				_, err := p.Call(t.Context(), Request{Handler: "echo", Payload: payload})
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				// Either way the call fails retryably and the plugin is
+				// restarted.
+				if err == nil || IsFatal(err) || !errors.Is(err, tc.want) {
+					t.Fatalf("Call(echo 40 MiB) to a stopped plugin: error = %v; want a retryable %v (%s)", err, tc.want, tc.because)
+				}
+			case <-time.After(15 * time.Second):
+				t.Fatal("Call(echo 40 MiB) to a stopped plugin did not return within 15s (Timeout 1s)")
+			}
+			waitRestarted(t, p, oldPid, 20*time.Second)
+			assertCalls(t, p, map[bool]string{false: "socket", true: "grpc"}[tc.grpc])
+		})
+	}
 }

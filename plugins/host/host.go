@@ -67,6 +67,10 @@ type Config struct {
 	// Logger receives the host's lifecycle records and the plugin's stderr,
 	// tagged plugin=<Name>; nil discards them.
 	Logger *slog.Logger
+
+	// grpcCalls, for tests, offers the plugin no call socket: calls go
+	// over the gRPC Calls stream, as with plugins that do not serve it.
+	grpcCalls bool
 }
 
 // Request is one call of a handler: one message.

@@ -522,3 +522,20 @@ func TestFailedStartsLeaveNoSocketFolder(t *testing.T) {
 		}
 	}
 }
+
+// A message id or header that is not UTF-8 (AMQP carries any bytes) does
+// not fail the batch its call travels in: it reaches the plugin as text,
+// and the plugin is not restarted.
+func TestEnvelopeBytesThatAreNotTextAreCarried(t *testing.T) {
+	for _, grpcCalls := range []bool{false, true} {
+		p := startTestkit(t, Config{grpcCalls: grpcCalls})
+		env := Envelope{MessageID: "m-\xff", Attempt: 1, Headers: map[string]string{"x-k\xfe": "v\xff", "ok": "fine"}}
+		res, err := p.Call(t.Context(), Request{Handler: "echo", Envelope: env, Payload: []byte(`1`)})
+		if err != nil || string(res.Payload) != "1" {
+			t.Fatalf("Call(echo) with bytes that are not UTF-8 in its envelope (gRPC %v) = %q, %v; want the payload back", grpcCalls, res.Payload, err)
+		}
+		if n := p.Restarts(); n != 0 {
+			t.Fatalf("the plugin was restarted %d times (gRPC %v)", n, grpcCalls)
+		}
+	}
+}

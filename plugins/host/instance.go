@@ -17,7 +17,8 @@ import (
 )
 
 // Limits on one CallBatch: calls that are queued together travel together,
-// but the sender never waits to fill a batch.
+// but the sender never waits to fill a batch, and a call that would take a
+// batch past maxBatchBytes starts the next (a large one travels alone).
 const (
 	maxBatchCalls = 256
 	maxBatchBytes = 1 << 20
@@ -101,36 +102,21 @@ func (s socketStream) Recv() (*proto.ResultBatch, error) {
 // socket pair whose other end the plugin inherited, when the plugin serves
 // calls on it: a plugin that does writes one empty ResultBatch there before
 // it prints its handshake line, so the frame is waiting by the time the
-// plugin has answered Describe. Otherwise it closes calls and returns nil,
-// and calls go over gRPC.
+// plugin has answered Describe (see callSocketHello). Otherwise it closes
+// calls and returns nil, and calls go over gRPC.
 func openCallSocket(calls *os.File) *proto.Frames {
 	if calls == nil {
 		return nil
 	}
-	// Only what is already there: a plugin that does not serve the socket
-	// writes nothing, and one that does wrote long before.
-	ready := callSocketReady(calls)
+	defer calls.Close() // the connection holds a duplicate
+	if !callSocketHello(calls) {
+		return nil
+	}
 	conn, err := net.FileConn(calls)
-	calls.Close() // conn holds a duplicate
 	if err != nil {
 		return nil
 	}
-	f := proto.NewFrames(conn)
-	if !ready {
-		f.Close()
-		return nil
-	}
-	// The whole frame is waiting, but a plugin that wrote a part only
-	// must not hold the start.
-	_ = conn.SetReadDeadline(time.Now().Add(time.Second))
-	var hello proto.ResultBatch
-	err = f.Read(&hello)
-	_ = conn.SetReadDeadline(time.Time{})
-	if err != nil || len(hello.GetResults()) > 0 {
-		f.Close()
-		return nil
-	}
-	return f
+	return proto.NewFrames(conn)
 }
 
 // openInstance checks the plugin's health, describes it and opens the call
@@ -144,9 +130,6 @@ func openInstance(ctx context.Context, name string, conn grpc.ClientConnInterfac
 	health, err := grpc_health_v1.NewHealthClient(conn).Check(ctx, &grpc_health_v1.HealthCheckRequest{Service: "plugin"})
 	if err != nil {
 		closeFile(calls)
-		return nil, fmt.Errorf("health check: %w", err)
-	}
-	if err != nil {
 		return nil, fmt.Errorf("health check: %w", err)
 	}
 	if s := health.GetStatus(); s != grpc_health_v1.HealthCheckResponse_SERVING {
@@ -465,8 +448,9 @@ func (i *instance) write(queue []outgoing) error {
 	for len(queue) > 0 {
 		n, size := 0, 0
 		batch.Calls, batch.Cancel = batch.Calls[:0], batch.Cancel[:0]
-		for n < len(queue) && n < maxBatchCalls && (n == 0 || size < maxBatchBytes) {
-			size += addOutgoing(batch, queue[n])
+		for n < len(queue) && n < maxBatchCalls && (n == 0 || size+queue[n].size() <= maxBatchBytes) {
+			size += queue[n].size()
+			addOutgoing(batch, queue[n])
 			n++
 		}
 		if err := i.stream.Send(batch); err != nil {
@@ -489,12 +473,19 @@ func (i *instance) describe(ctx context.Context) ([]HandlerInfo, error) {
 	return handlersFromProto(desc), nil
 }
 
-// addOutgoing adds o to batch and returns roughly how many bytes it adds.
-func addOutgoing(batch *proto.CallBatch, o outgoing) int {
+// addOutgoing adds o to batch.
+func addOutgoing(batch *proto.CallBatch, o outgoing) {
 	if o.call == nil {
 		batch.Cancel = append(batch.Cancel, o.cancel)
-		return 8
+		return
 	}
 	batch.Calls = append(batch.Calls, o.call)
+}
+
+// size is roughly how many bytes o adds to a batch.
+func (o outgoing) size() int {
+	if o.call == nil {
+		return 8
+	}
 	return len(o.call.GetPayload()) + 128
 }

@@ -76,7 +76,11 @@ func newProcRunner(cfg Config, base *exec.Cmd) (*procRunner, error) {
 		env = append(env, k+"="+cfg.Env[k])
 	}
 	env = append(env, base.Env...)
-	calls, callsChild, err := callSocketPair()
+	var calls, callsChild *os.File
+	var err error
+	if !cfg.grpcCalls {
+		calls, callsChild, err = callSocketPair()
+	}
 	if err != nil {
 		closeFile(verified)
 		return nil, fmt.Errorf("plugin %q: %w", cfg.Name, err)

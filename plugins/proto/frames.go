@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"strconv"
@@ -16,13 +17,15 @@ import (
 // CallsFDEnv names the environment variable through which the host offers a
 // plugin process a private call socket: the number of an inherited file
 // descriptor, one end of a socket pair whose other end only the host holds.
-// A plugin that serves calls on it says so in DescribeResponse.socket_calls;
-// one that ignores it is called over the gRPC Calls stream as before.
+// A plugin that serves calls on it writes an empty ResultBatch there before
+// it prints its handshake line; one that does not is called over the gRPC
+// Calls stream. See plugins/README.md, "The call socket".
 const CallsFDEnv = "ACEMQ_PLUGIN_CALLS_FD"
 
-// MaxFrame bounds one frame on the call socket: a batch holds at most one
-// message larger than the batch limit, and AMQP messages stay well below it.
-const MaxFrame = 1 << 30
+// MaxFrame bounds one frame on the call socket, as gRPC's message limit on
+// the Calls stream does: a call or answer larger than the batch limit
+// travels alone, and AMQP messages stay well below it.
+const MaxFrame = math.MaxInt32
 
 // Frames carries the Calls stream's messages over a socket pair instead of
 // gRPC: each message is its protobuf encoding preceded by its length, 4
@@ -49,6 +52,13 @@ func FramesFromFD(value string) (*Frames, error) {
 	fd, err := strconv.Atoi(value)
 	if err != nil || fd < 3 {
 		return nil, fmt.Errorf("%s=%q is not a descriptor number above 2", CallsFDEnv, value)
+	}
+	// The variable may have outlived the descriptor (a launcher that closes
+	// what it inherits but passes the environment on), and the number may
+	// now be another file of this process: leave anything that is not a
+	// Unix stream socket alone.
+	if err := checkCallFD(fd); err != nil {
+		return nil, fmt.Errorf("%s=%d: %w", CallsFDEnv, fd, err)
 	}
 	f := os.NewFile(uintptr(fd), "acemq-calls")
 	conn, err := net.FileConn(f)

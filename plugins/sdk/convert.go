@@ -2,6 +2,7 @@ package sdk
 
 import (
 	"errors"
+	"strings"
 
 	"github.com/acemq/acemq-flow/plugins/proto"
 )
@@ -44,7 +45,9 @@ func responseToProto(callID uint64, res *Result, err error) *proto.HandleRespons
 	case errors.Is(err, ErrStop), err == nil && res == nil:
 		m.Outcome = &proto.HandleResponse_Stop{Stop: &proto.Stop{}}
 	case err != nil:
-		m.Outcome = &proto.HandleResponse_Failure{Failure: &proto.Failure{Fatal: IsFatal(err), Message: err.Error()}}
+		// A protobuf string must be UTF-8: an error quoting bytes that are
+		// not would fail the whole answer batch.
+		m.Outcome = &proto.HandleResponse_Failure{Failure: &proto.Failure{Fatal: IsFatal(err), Message: strings.ToValidUTF8(err.Error(), "\uFFFD")}}
 	default:
 		m.Outcome = &proto.HandleResponse_Output{Output: &proto.Output{Payload: res.Payload}}
 	}

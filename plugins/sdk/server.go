@@ -17,7 +17,8 @@ import (
 )
 
 // Limits on one ResultBatch: answers that are ready together travel
-// together, but a batch never waits for more.
+// together, but a batch never waits for more, and an answer that would take
+// a batch past maxBatchBytes starts the next (a large one travels alone).
 const (
 	maxBatchResults = 256
 	maxBatchBytes   = 1 << 20
@@ -81,7 +82,16 @@ type callStream interface {
 // socketStream is the call stream on the call socket (proto.Frames).
 type socketStream struct{ f *proto.Frames }
 
-func (s socketStream) Send(b *proto.ResultBatch) error { return s.f.Write(b) }
+// Send writes b. Any failure closes the socket, also one that wrote
+// nothing (a message too large): the host then sees the plugin gone and
+// restarts it, rather than waiting for answers that are never sent.
+func (s socketStream) Send(b *proto.ResultBatch) error {
+	if err := s.f.Write(b); err != nil {
+		s.f.Close()
+		return err
+	}
+	return nil
+}
 
 func (s socketStream) Recv() (*proto.CallBatch, error) {
 	b := &proto.CallBatch{}
@@ -241,8 +251,8 @@ func (r *resultSender) send(resp *proto.HandleResponse) {
 func (r *resultSender) write(results []*proto.HandleResponse) error {
 	for len(results) > 0 {
 		n, size := 0, 0
-		for n < len(results) && n < maxBatchResults && (n == 0 || size < maxBatchBytes) {
-			size += len(results[n].GetOutput().GetPayload()) + 16
+		for n < len(results) && n < maxBatchResults && (n == 0 || size+resultSize(results[n]) <= maxBatchBytes) {
+			size += resultSize(results[n])
 			n++
 		}
 		if err := r.stream.Send(&proto.ResultBatch{Results: results[:n]}); err != nil {
@@ -251,6 +261,11 @@ func (r *resultSender) write(results []*proto.HandleResponse) error {
 		results = results[n:]
 	}
 	return nil
+}
+
+// resultSize is roughly how many bytes an answer adds to a ResultBatch.
+func resultSize(r *proto.HandleResponse) int {
+	return len(r.GetOutput().GetPayload()) + len(r.GetFailure().GetMessage()) + 16
 }
 
 func (r *resultSender) error() error {

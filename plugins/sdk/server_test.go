@@ -2,6 +2,7 @@ package sdk
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"testing"
@@ -127,5 +128,33 @@ func TestServeSocket(t *testing.T) {
 	case <-cancelled:
 	case <-time.After(10 * time.Second):
 		t.Fatal("a handler still running when the host closed the call socket was not cancelled within 10s")
+	}
+}
+
+// An answer the socket cannot carry closes it: the host then restarts the
+// plugin at once instead of waiting, call after call, for answers that the
+// failed writer will never send.
+func TestSocketSendFailureClosesTheSocket(t *testing.T) {
+	hostEnd, pluginEnd := net.Pipe()
+	s := socketStream{proto.NewFrames(pluginEnd)}
+	bad := &proto.ResultBatch{Results: []*proto.HandleResponse{{CallId: 1,
+		Outcome: &proto.HandleResponse_Failure{Failure: &proto.Failure{Message: "not text: \xff\xfe"}}}}}
+	if err := s.Send(bad); err == nil {
+		t.Fatal("Send of a message protobuf cannot encode succeeded")
+	}
+	if _, err := hostEnd.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("the host's read after the plugin's failed send = %v, want io.EOF (the socket closed)", err)
+	}
+}
+
+// A handler's error that quotes bytes that are not UTF-8 still reaches the
+// host, as text: a protobuf string must be UTF-8.
+func TestFailureMessageIsText(t *testing.T) {
+	resp := responseToProto(1, nil, errors.New("cannot parse \xff\xfe"))
+	if _, err := gproto.Marshal(resp); err != nil {
+		t.Fatalf("the answer to a handler's error with bytes that are not UTF-8 does not encode: %v", err)
+	}
+	if got := resp.GetFailure().GetMessage(); got != "cannot parse \uFFFD" {
+		t.Fatalf("failure message = %q, want the bytes replaced by U+FFFD", got)
 	}
 }
