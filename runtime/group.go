@@ -28,9 +28,9 @@ const (
 var ErrGroupSize = errors.New("a group needs at least one consumer")
 
 // group is one consumer group (listeners.txt, "Every listener is a group,
-// even at concurrency one"): a queue, a handler, size consumers (broker
-// subscriptions, one handler at a time each) sharing one channel, and
-// counters.
+// even at concurrency one"): a queue, a handler, size consumers (handlers
+// at once, on one broker subscription of size × prefetch, on a channel of
+// its own), and counters.
 type group struct {
 	r     *Runtime
 	c     *Consumer
@@ -57,8 +57,8 @@ type group struct {
 	prepared bool    // its queues are declared and checked
 }
 
-// member runs a group's consumers: one broker.Consumer with a subscription
-// per consumer of the group.
+// member runs a group's consumers: one broker.Consumer with one
+// subscription and a handler goroutine per consumer of the group.
 type member struct {
 	bc     *broker.Consumer
 	cancel context.CancelFunc
@@ -111,6 +111,7 @@ func (g *group) start(ctx context.Context) error {
 		g.prepared = true
 	}
 	g.add()
+	g.warnPrefetchCap(g.prefetch, g.size)
 	g.state = StateRunning
 	g.log.Info("consumer started", "prefetch", g.prefetch, "concurrency", g.size)
 	return nil
@@ -128,6 +129,15 @@ func (g *group) start(ctx context.Context) error {
 // AMQP with 32 consumers, 0.95 with one).
 func groupPrefetch(prefetch, size int) int {
 	return min(prefetch*size, broker.MaxPrefetch)
+}
+
+// warnPrefetchCap logs when the group's broker consumer gets less than
+// size × prefetch because basic.qos carries no more.
+func (g *group) warnPrefetchCap(prefetch, size int) {
+	if prefetch*size > broker.MaxPrefetch {
+		g.log.Warn(fmt.Sprintf("consumer %s: %d handlers of prefetch %d would take %d messages, but the broker consumer's prefetch is at most %d; it gets %d",
+			g.c.ID, size, prefetch, prefetch*size, broker.MaxPrefetch, broker.MaxPrefetch))
+	}
 }
 
 // add starts the group's member; the caller holds g.mu.
@@ -200,9 +210,10 @@ func (g *group) shutdown() {
 	g.state = StateStopped
 }
 
-// scale sets the number of consumers (handlers at once); scaling down
-// blocks while the handlers removed finish what they hold (listeners.txt,
-// "scaling down blocks").
+// scale sets the number of consumers (handlers at once). A running group
+// restarts its broker consumer with the new size (see restart), so scaling
+// blocks while what is in flight drains (listeners.txt, "scaling down
+// blocks").
 func (g *group) scale(n int) error {
 	if n < 1 || n > MaxConsumers {
 		return fmt.Errorf("consumer %q: %w", g.c.ID, ErrGroupSize)
@@ -212,41 +223,47 @@ func (g *group) scale(n int) error {
 	if g.r.runCtx.Err() != nil {
 		return fmt.Errorf("consumer %q: %w", g.c.ID, ErrShuttingDown)
 	}
-	g.size = n
-	if g.state != StateRunning {
+	if n == g.size {
 		return nil
 	}
-	left, err := g.member.bc.SetConcurrency(n)
-	if err != nil {
-		g.size = g.member.bc.Concurrency()
-		return fmt.Errorf("consumer %q: scale to %d: %w (it runs %d)", g.c.ID, n, err, g.size)
-	}
-	// The broker consumer's prefetch follows the handlers; it changes by
-	// subscribing again on the same channel (deliveries held stay valid).
-	if err := g.member.bc.SetPrefetch(groupPrefetch(g.prefetch, n)); err != nil {
-		return fmt.Errorf("consumer %q: scale to %d: %w", g.c.ID, n, err)
-	}
-	if left > 0 {
-		g.log.Warn(fmt.Sprintf("consumer %s scaled down with %d handler(s) still running past the new size after %s; each message is settled when its handler returns", g.c.ID, left, g.r.opts.DrainTimeout))
+	g.size = n
+	if g.state == StateRunning {
+		g.restart()
 	}
 	g.log.Info("consumer scaled", "concurrency", n)
 	return nil
 }
 
+// restart drains the group's broker consumer and starts a new one with the
+// group's size and prefetch, as a stop and a start would; the caller holds
+// g.mu. A broker consumer's prefetch is fixed when it subscribes: a new
+// one is needed, and draining the old one first keeps the group's handlers
+// within its size throughout. What the old one had prefetched goes back to
+// the queue (a quorum queue counts that as a delivery).
+func (g *group) restart() {
+	left := g.remove()
+	g.add()
+	g.warnPrefetchCap(g.prefetch, g.size)
+	if left > 0 {
+		g.log.Warn(fmt.Sprintf("consumer %s restarted with %d message(s) still in flight after %s; they will be redelivered", g.c.ID, left, g.r.opts.DrainTimeout))
+	}
+}
+
 // setPrefetch changes the prefetch of every consumer (handler) of the
-// group.
+// group; a running group restarts its broker consumer with it.
 func (g *group) setPrefetch(n int) error {
 	if n < 1 || n > broker.MaxPrefetch {
 		return badRequest{fmt.Errorf("consumer %q: prefetch %d is out of range; give 1 to %d", g.c.ID, n, broker.MaxPrefetch)}
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if m := g.member; m != nil {
-		if err := m.bc.SetPrefetch(groupPrefetch(n, g.size)); err != nil {
-			return fmt.Errorf("consumer %q: set prefetch: %w", g.c.ID, err)
-		}
+	if n == g.prefetch {
+		return nil
 	}
 	g.prefetch = n
+	if g.member != nil {
+		g.restart()
+	}
 	return nil
 }
 

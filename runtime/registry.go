@@ -88,9 +88,10 @@ func (r *Runtime) Stop(id string) error {
 	return nil
 }
 
-// Scale sets the number of consumers of a group. Scaling down blocks while
-// the removed consumers drain; 0 is refused, and so is a size that would
-// take the runtime past MaxConsumers.
+// Scale sets the number of consumers (handlers at once) of a group. A
+// running group restarts its broker consumer with the new size: scaling
+// blocks while what is in flight drains, up to the drain timeout; 0 is
+// refused, and so is a size that would take the runtime past MaxConsumers.
 func (r *Runtime) Scale(id string, n int) error {
 	g, err := r.group(id)
 	if err != nil {

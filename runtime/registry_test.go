@@ -3,10 +3,13 @@ package runtime_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"net/http"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -399,24 +402,70 @@ pipelines:
       - {name: a, handler: k.hold, concurrency: 2, prefetch: 3}
 `
 
-// A group's size is how many of its handlers run at once, and its prefetch
-// is per handler: one broker consumer takes size × prefetch messages.
-// Scaling changes both while messages are in flight; scaling down returns
-// once the handlers beyond the new size have finished.
-func TestGroupSizeIsHandlersAtOnce(t *testing.T) {
-	url := testenv.VHost(t)
-	var running atomic.Int64
-	release := make(chan struct{}, 100)
-	hold := func(ctx context.Context, req runtime.Request) (runtime.Result, error) {
-		running.Add(1)
-		defer running.Add(-1)
-		select {
-		case <-release:
-		case <-ctx.Done():
+// brokerPrefetch waits until queue has one broker consumer, of prefetch
+// want (as rabbitmqctl lists it).
+func brokerPrefetch(t *testing.T, url, queue string, want int) {
+	t.Helper()
+	testenv.Eventually(t, 10*time.Second, func() error {
+		out := testenv.Rabbitmqctl(t, "list_consumers", "-p", testenv.VHostOf(url), "-q", "--no-table-headers", "queue_name", "prefetch_count")
+		var got []string
+		for _, line := range strings.Split(out, "\n") {
+			if f := strings.Fields(line); len(f) == 2 && f[0] == queue {
+				got = append(got, f[1])
+			}
 		}
-		return runtime.Result{Payload: req.Payload}, nil
+		if len(got) != 1 || got[0] != strconv.Itoa(want) {
+			return testenv.Errorf("the broker lists prefetch counts %v for %s's consumers, want one of %d", got, queue, want)
+		}
+		return nil
+	})
+}
+
+// holdHandler is a handler that holds each message until released, and
+// records how many run at once against the bound the test sets.
+type holdHandler struct {
+	running atomic.Int64
+	bound   atomic.Int64 // how many may run at once; a start beyond it is a violation
+	over    atomic.Int64 // the largest number seen running beyond bound at a start
+	release chan struct{}
+}
+
+func newHoldHandler(bound int64) *holdHandler {
+	h := &holdHandler{release: make(chan struct{}, 1000)}
+	h.bound.Store(bound)
+	return h
+}
+
+func (h *holdHandler) handle(ctx context.Context, req runtime.Request) (runtime.Result, error) {
+	if n, b := h.running.Add(1), h.bound.Load(); n > b {
+		for {
+			o := h.over.Load()
+			if n-b <= o || h.over.CompareAndSwap(o, n-b) {
+				break
+			}
+		}
 	}
-	rt, _ := startInProcess(t, url, handlersFlow, runtime.Options{Handlers: map[string]runtime.HandlerFunc{"k.hold": hold}})
+	defer h.running.Add(-1)
+	select {
+	case <-h.release:
+	case <-ctx.Done():
+	}
+	return runtime.Result{Payload: req.Payload}, nil
+}
+
+// waitRunning waits until exactly n handlers run.
+func (h *holdHandler) waitRunning(t *testing.T, n int64) {
+	t.Helper()
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if got := h.running.Load(); got != n {
+			return testenv.Errorf("%d handlers run, want %d", got, n)
+		}
+		return nil
+	})
+}
+
+func publishN(t *testing.T, url, exchange, key string, n int) {
+	t.Helper()
 	conn, err := amqp.Dial(url)
 	if err != nil {
 		t.Fatal(err)
@@ -426,77 +475,149 @@ func TestGroupSizeIsHandlersAtOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const total = 30
-	for range total {
-		if err := ch.Publish("h", "a", true, false, amqp.Publishing{ContentType: "application/json", Body: []byte(`{}`)}); err != nil {
-			t.Fatal(err)
-		}
+	// Confirmed: a quorum queue may drop what a channel closed right after
+	// publishing had not yet handed it.
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
 	}
-	ready := func() int {
-		q, err := ch.QueueDeclarePassive("h.a", true, false, false, false, nil)
+	var pending []*amqp.DeferredConfirmation
+	for i := range n {
+		dc, err := ch.PublishWithDeferredConfirm(exchange, key, true, false, amqp.Publishing{ContentType: "application/json", MessageId: strconv.Itoa(i), Body: []byte(strconv.Itoa(i))})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return q.Messages
+		pending = append(pending, dc)
 	}
-	// state waits until exactly want handlers run and the broker holds at
-	// most maxReady messages ready (the rest are prefetched).
-	state := func(want int64, maxReady int) {
+	for _, dc := range pending {
+		if !dc.Wait() {
+			t.Fatal("a publish was not confirmed")
+		}
+	}
+}
+
+// A group's size is how many of its handlers run at once, and its prefetch
+// is per handler: one broker consumer takes size × prefetch messages.
+// Scaling restarts that consumer with the new size: it returns once what
+// was in flight has finished, and from then on the new size holds.
+func TestGroupSizeIsHandlersAtOnce(t *testing.T) {
+	url := testenv.VHost(t)
+	h := newHoldHandler(2)
+	rt, _ := startInProcess(t, url, handlersFlow, runtime.Options{Handlers: map[string]runtime.HandlerFunc{"k.hold": h.handle}})
+	publishN(t, url, "h", "a", 60)
+	h.waitRunning(t, 2)
+	brokerPrefetch(t, url, "h.a", 2*3)
+
+	// releasing runs change while letting the held handlers finish one at
+	// a time (a restart waits for what is in flight), and returns once the
+	// change has.
+	releasing := func(what string, change func() error) {
 		t.Helper()
-		testenv.Eventually(t, 10*time.Second, func() error {
-			if n, r := running.Load(), ready(); n != want || r > maxReady {
-				return testenv.Errorf("%d handlers run and %d messages are ready; want %d running and at most %d ready", n, r, want, maxReady)
+		changed := make(chan error, 1)
+		go func() { changed <- change() }()
+		for {
+			select {
+			case err := <-changed:
+				if err != nil {
+					t.Fatalf("%s: %v", what, err)
+				}
+				return
+			case <-time.After(50 * time.Millisecond):
+				if len(h.release) == 0 {
+					h.release <- struct{}{}
+				}
 			}
-			return nil
-		})
+		}
 	}
-	state(2, total-2*3)
-	if r := ready(); r != total-2*3 {
-		t.Errorf("%d messages ready with 2 handlers of prefetch 3; want %d (the broker consumer's prefetch is 6)", r, total-6)
+	for _, n := range []int{4, 1, 3} {
+		releasing(fmt.Sprintf("Scale(%d)", n), func() error { return rt.Scale("h.a", n) })
+		// What ran before the scale has finished: the new size holds.
+		h.bound.Store(int64(n))
+		if r := h.running.Load(); r > int64(n) {
+			t.Fatalf("after Scale(%d) returned, %d handlers run", n, r)
+		}
+		h.waitRunning(t, int64(n))
+		brokerPrefetch(t, url, "h.a", n*3)
 	}
+	releasing("Prefetch(5)", func() error { return rt.Prefetch("h.a", 5) })
+	brokerPrefetch(t, url, "h.a", 3*5)
+	if st, err := rt.Consumer(t.Context(), "h.a"); err != nil || st.Size != 3 || st.Prefetch != 5 {
+		t.Errorf("Consumer(h.a) = %+v, %v; want size 3, prefetch 5 (per handler)", st, err)
+	}
+	for range 200 {
+		h.release <- struct{}{}
+	}
+	h.waitRunning(t, 0)
+	if o := h.over.Load(); o > 0 {
+		t.Errorf("a handler started with %d more running than the group's size allowed", o)
+	}
+}
 
-	if err := rt.Scale("h.a", 4); err != nil {
-		t.Fatal(err)
-	}
-	state(4, total-4*3)
+const orderFlow = `version: acemq.flow/v1
+name: order
+plugins:
+  k: {command: ./not-started}
+pipelines:
+  - name: o
+    steps:
+      - {name: a, handler: k.seq, prefetch: 20}
+`
 
-	scaled := make(chan error, 1)
-	go func() { scaled <- rt.Scale("h.a", 1) }()
-	// Handlers finish one at a time until the scale has taken the slots of
-	// three of them (deliveries already waiting for a slot may take a freed
-	// one first).
-	for done := false; !done; {
+// Changes of a group's prefetch under load (each restarts its broker
+// consumer: what it prefetched goes back to the queue) lose no message and
+// handle none twice.
+func TestPrefetchChangesUnderLoadLoseNothing(t *testing.T) {
+	url := testenv.VHost(t)
+	const total = 300
+	var (
+		mu   sync.Mutex
+		seen []int
+	)
+	done := make(chan struct{})
+	seq := func(_ context.Context, req runtime.Request) (runtime.Result, error) {
+		n, _ := strconv.Atoi(string(req.Payload))
+		mu.Lock()
+		seen = append(seen, n)
+		if len(seen) == total {
+			close(done)
+		}
+		mu.Unlock()
+		time.Sleep(200 * time.Microsecond)
+		return runtime.Result{Payload: req.Payload}, nil
+	}
+	rt, _ := startInProcess(t, url, orderFlow, runtime.Options{Handlers: map[string]runtime.HandlerFunc{"k.seq": seq}})
+	publishN(t, url, "o", "a", total)
+	giveUp := time.After(60 * time.Second)
+	for i := 0; ; i++ {
 		select {
-		case err := <-scaled:
-			if err != nil {
-				t.Fatalf("Scale(1): %v", err)
+		case <-done:
+		case <-giveUp:
+			mu.Lock()
+			n := len(seen)
+			mu.Unlock()
+			st, _ := rt.Consumer(t.Context(), "o.a")
+			t.Logf("queues: %s", testenv.Rabbitmqctl(t, "list_queues", "-p", testenv.VHostOf(url), "-q", "--no-table-headers", "name", "messages_ready", "messages_unacknowledged", "consumers"))
+			t.Fatalf("%d of %d messages handled within 60s; consumer %+v", n, total, st)
+		case <-time.After(50 * time.Millisecond):
+			// A handful of changes: each returns what was prefetched,
+			// which a quorum queue counts towards its delivery limit.
+			if i < 6 {
+				if err := rt.Prefetch("o.a", 5+i); err != nil {
+					t.Fatal(err)
+				}
 			}
-			done = true
-		case <-time.After(200 * time.Millisecond):
-			if len(release) == 0 {
-				release <- struct{}{}
-			}
+			continue
 		}
+		break
 	}
-	state(1, total)
-	// From now on one handler at a time: each message released lets the
-	// next one start, never two.
-	for range 5 {
-		release <- struct{}{}
-		testenv.Eventually(t, 10*time.Second, func() error {
-			if len(release) > 0 {
-				return testenv.Errorf("the release was not taken yet")
-			}
-			return nil
-		})
-		if n := running.Load(); n > 1 {
-			t.Fatalf("%d handlers run after scaling down to 1", n)
+	mu.Lock()
+	defer mu.Unlock()
+	handled := map[int]int{}
+	for _, n := range seen {
+		handled[n]++
+	}
+	for i := range total {
+		if handled[i] != 1 {
+			t.Errorf("message %d was handled %d times, want once", i, handled[i])
 		}
-	}
-	if st, err := rt.Consumer(t.Context(), "h.a"); err != nil || st.Size != 1 || st.Prefetch != 3 {
-		t.Errorf("Consumer(h.a) = %+v, %v; want size 1, prefetch 3 (per handler)", st, err)
-	}
-	for range total {
-		release <- struct{}{}
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -135,9 +134,6 @@ type Handler func(ctx context.Context, d *Delivery)
 // MaxPrefetch is the largest prefetch basic.qos carries (a 16-bit count).
 const MaxPrefetch = 65535
 
-// MaxConcurrency is the largest Concurrency of a subscription.
-const MaxConcurrency = 4096
-
 // ConsumerOptions configures a Consumer.
 type ConsumerOptions struct {
 	// Queue is the queue consumed. Required.
@@ -152,8 +148,7 @@ type ConsumerOptions struct {
 	// handler goroutines; the broker lists each one. Default 1. See Scale.
 	Subscriptions int
 	// Concurrency is the number of goroutines calling the Handler for each
-	// subscription. Above 1, deliveries are handled out of order. Default 1,
-	// at most MaxConcurrency. See SetConcurrency.
+	// subscription. Above 1, deliveries are handled out of order. Default 1.
 	Concurrency int
 	// DrainTimeout bounds how long Run waits, once ctx ends, for deliveries
 	// in flight to be settled (and Scale, for those of the subscriptions it
@@ -204,7 +199,6 @@ type Consumer struct {
 	// channel's subscriptions: a session's start, a prefetch change, Scale.
 	mu    sync.Mutex
 	size  int     // subscriptions wanted
-	conc  int     // handlers per subscription wanted (Concurrency)
 	lanes []*lane // while running: the subscriptions, in order
 	live  *live   // the channel being consumed on, nil between channels
 	h     Handler // while running
@@ -218,7 +212,7 @@ type Consumer struct {
 // lane is one subscription, kept across channels for as long as Run runs:
 // its handlers, their context and what it has in flight.
 type lane struct {
-	slots    slots // bounds its handlers, across channels, to the concurrency
+	slots    chan struct{} // bounds its handlers, across channels, to Concurrency
 	ctx      context.Context
 	cancel   context.CancelFunc
 	inflight inFlight
@@ -226,54 +220,6 @@ type lane struct {
 	// On the current channel; guarded by Consumer.mu.
 	tag  string
 	stop chan struct{} // closed when it stops handing out that channel's deliveries
-	more func(n int)   // starts n more handler goroutines on the current channel's deliveries
-}
-
-// slots bounds how many handlers of a lane run at once, to a bound that
-// can change while they run. A handler puts a token in to start and takes
-// one out when it is done; the tokens in the channel are the handlers
-// running plus blockers, MaxConcurrency minus the bound, that hold the
-// room no handler may use. Tokens are alike: raising the bound takes
-// blockers out (there are always enough), lowering it puts more in, which
-// waits for handlers to finish, as the bound is lowered by no other means.
-type slots chan struct{}
-
-func newSlots(n int) slots {
-	s := make(slots, MaxConcurrency)
-	for range MaxConcurrency - n {
-		s <- struct{}{}
-	}
-	return s
-}
-
-// raise lets n more handlers run at once.
-func (s slots) raise(n int) {
-	for range n {
-		<-s
-	}
-}
-
-// lower lets n fewer handlers run at once, waiting until as many running
-// have finished, or until deadline. It returns how many of the n it could
-// not take before the deadline; those are taken in the background as
-// handlers finish.
-func (s slots) lower(n int, deadline time.Time) int {
-	t := time.NewTimer(time.Until(deadline))
-	defer t.Stop()
-	for i := range n {
-		select {
-		case s <- struct{}{}:
-		case <-t.C:
-			rest := n - i
-			go func() {
-				for range rest {
-					s <- struct{}{}
-				}
-			}()
-			return rest
-		}
-	}
-	return 0
 }
 
 // stopHanding makes the lane hand back, rather than handle, the current
@@ -344,7 +290,6 @@ func NewConsumer(conn *Conn, opts ConsumerOptions) *Consumer {
 	if opts.Concurrency <= 0 {
 		opts.Concurrency = 1
 	}
-	opts.Concurrency = min(opts.Concurrency, MaxConcurrency)
 	if opts.DrainTimeout <= 0 {
 		opts.DrainTimeout = 30 * time.Second
 	}
@@ -358,7 +303,6 @@ func NewConsumer(conn *Conn, opts ConsumerOptions) *Consumer {
 		prefetchCh: make(chan struct{}, 1),
 		inflight:   newInFlight(),
 		size:       opts.Subscriptions,
-		conc:       opts.Concurrency,
 	}
 	c.prefetch.Store(int32(opts.Prefetch))
 	return c
@@ -380,50 +324,6 @@ func (c *Consumer) SetPrefetch(n int) error {
 	default:
 	}
 	return nil
-}
-
-// SetConcurrency sets how many handlers of each subscription run at once.
-// A running consumer raises it at once; it lowers it as that many handlers
-// finish, blocking until they have, up to DrainTimeout, and returns how
-// many were still running past the new bound at the deadline (the bound is
-// then reached as they finish; nothing is cancelled or handed back). A
-// stopped consumer uses n when it runs.
-func (c *Consumer) SetConcurrency(n int) (left int64, err error) {
-	if n < 1 || n > MaxConcurrency {
-		return 0, fmt.Errorf("queue %q: concurrency %d out of range 1..%d", c.opts.Queue, n, MaxConcurrency)
-	}
-	c.mu.Lock()
-	old := c.conc
-	c.conc = n
-	if c.h == nil {
-		c.mu.Unlock()
-		return 0, nil
-	}
-	lanes := slices.Clone(c.lanes)
-	if n >= old {
-		for _, l := range lanes {
-			l.slots.raise(n - old)
-			if l.more != nil {
-				l.more(n - old)
-			}
-		}
-		c.mu.Unlock()
-		return 0, nil
-	}
-	c.mu.Unlock()
-	deadline := time.Now().Add(c.opts.DrainTimeout)
-	for _, l := range lanes {
-		left += int64(l.slots.lower(old-n, deadline))
-	}
-	return left, nil
-}
-
-// Concurrency returns how many handlers of each subscription may run at
-// once (or, when stopped, will).
-func (c *Consumer) Concurrency() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.conc
 }
 
 // Scale sets the number of subscriptions. A running consumer subscribes
@@ -531,7 +431,7 @@ func (c *Consumer) release(l *lane) {
 // newLane allocates a subscription's lane; the caller holds c.mu.
 func (c *Consumer) newLane() *lane {
 	ctx, cancel := context.WithCancel(c.hctx)
-	return &lane{slots: newSlots(c.conc), ctx: ctx, cancel: cancel, inflight: newInFlight()}
+	return &lane{slots: make(chan struct{}, c.opts.Concurrency), ctx: ctx, cancel: cancel, inflight: newInFlight()}
 }
 
 // abandon closes lv after a subscribe or cancel on it failed outside a
@@ -649,18 +549,11 @@ func (c *Consumer) subscribe(lv *live, l *lane) (start func(), err error) {
 	// The handler goroutines read the library's delivery channel directly:
 	// no extra hand-off per message. They do not hold up the next channel
 	// when this one dies; the lane's slots keep its handlers running at
-	// once to the concurrency. SetConcurrency starts more on the same
-	// deliveries; after it lowers the concurrency, the surplus goroutines
-	// wait for slots like any other, until the next subscription.
-	more := func(n int) {
-		for range n {
+	// once to Concurrency.
+	return func() {
+		for range c.opts.Concurrency {
 			go c.handle(dels, lv.g, l, stop, h)
 		}
-	}
-	n := c.conc
-	return func() {
-		l.more = more
-		more(n)
 	}, nil
 }
 
