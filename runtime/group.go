@@ -257,6 +257,10 @@ func (g *group) setPrefetch(n int) error {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.r.runCtx.Err() != nil {
+		// A restart now would start a consumer while Run drains.
+		return fmt.Errorf("consumer %q: %w", g.c.ID, ErrShuttingDown)
+	}
 	if n == g.prefetch {
 		return nil
 	}

@@ -27,7 +27,7 @@ func (r *Runtime) group(id string) (*group, error) {
 // started the consumers yet.
 var ErrNotStarted = errors.New("the runtime has not started its consumers yet; try again once /readyz says ready")
 
-// ErrShuttingDown is returned by calls that would start or grow consumers
+// ErrShuttingDown is returned by calls that would start, grow or restart consumers
 // once the runtime is draining.
 var ErrShuttingDown = errors.New("the runtime is shutting down")
 

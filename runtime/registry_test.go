@@ -387,6 +387,10 @@ consumers:
 	if err := rt.Scale("orders", 2); !errors.Is(err, runtime.ErrShuttingDown) {
 		t.Errorf("Scale after Run returned = %v, want ErrShuttingDown", err)
 	}
+	// A prefetch change restarts a running group's broker consumer.
+	if err := rt.Prefetch("orders", 3); !errors.Is(err, runtime.ErrShuttingDown) {
+		t.Errorf("Prefetch after Run returned = %v, want ErrShuttingDown", err)
+	}
 	if st, _ := rt.Consumer(context.Background(), "audit"); st.State != runtime.StateStopped {
 		t.Errorf("audit is %s after Run returned, want stopped", st.State)
 	}
