@@ -228,7 +228,9 @@ func (g *group) scale(n int) error {
 	}
 	g.size = n
 	if g.state == StateRunning {
-		g.restart()
+		if err := g.restart(); err != nil {
+			return err
+		}
 	}
 	g.log.Info("consumer scaled", "concurrency", n)
 	return nil
@@ -238,15 +240,24 @@ func (g *group) scale(n int) error {
 // group's size and prefetch, as a stop and a start would; the caller holds
 // g.mu. A broker consumer's prefetch is fixed when it subscribes: a new
 // one is needed, and draining the old one first keeps the group's handlers
-// within its size throughout. What the old one had prefetched goes back to
-// the queue (a quorum queue counts that as a delivery).
-func (g *group) restart() {
+// within its size, unless the drain timeout passes first (its handlers are
+// then told to stop, and those that go on run beside the new ones; their
+// messages are redelivered). What the old one had prefetched goes back to
+// the queue (a quorum queue counts that as a delivery). When Run began to
+// drain meanwhile, no new consumer is started.
+func (g *group) restart() error {
 	left := g.remove()
-	g.add()
-	g.warnPrefetchCap(g.prefetch, g.size)
 	if left > 0 {
 		g.log.Warn(fmt.Sprintf("consumer %s restarted with %d message(s) still in flight after %s; they will be redelivered", g.c.ID, left, g.r.opts.DrainTimeout))
 	}
+	if g.r.runCtx.Err() != nil {
+		g.state = StateStopped
+		g.prepared = false
+		return fmt.Errorf("consumer %q: %w", g.c.ID, ErrShuttingDown)
+	}
+	g.add()
+	g.warnPrefetchCap(g.prefetch, g.size)
+	return nil
 }
 
 // setPrefetch changes the prefetch of every consumer (handler) of the
@@ -266,7 +277,7 @@ func (g *group) setPrefetch(n int) error {
 	}
 	g.prefetch = n
 	if g.member != nil {
-		g.restart()
+		return g.restart()
 	}
 	return nil
 }

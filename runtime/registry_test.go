@@ -571,7 +571,7 @@ pipelines:
 // handle none twice.
 func TestPrefetchChangesUnderLoadLoseNothing(t *testing.T) {
 	url := testenv.VHost(t)
-	const total = 300
+	const total = 600
 	var (
 		mu   sync.Mutex
 		seen []int
@@ -585,33 +585,35 @@ func TestPrefetchChangesUnderLoadLoseNothing(t *testing.T) {
 			close(done)
 		}
 		mu.Unlock()
-		time.Sleep(200 * time.Microsecond)
+		time.Sleep(time.Millisecond)
 		return runtime.Result{Payload: req.Payload}, nil
 	}
 	rt, _ := startInProcess(t, url, orderFlow, runtime.Options{Handlers: map[string]runtime.HandlerFunc{"k.seq": seq}})
 	publishN(t, url, "o", "a", total)
-	giveUp := time.After(60 * time.Second)
-	for i := 0; ; i++ {
-		select {
-		case <-done:
-		case <-giveUp:
-			mu.Lock()
-			n := len(seen)
-			mu.Unlock()
-			st, _ := rt.Consumer(t.Context(), "o.a")
-			t.Logf("queues: %s", testenv.Rabbitmqctl(t, "list_queues", "-p", testenv.VHostOf(url), "-q", "--no-table-headers", "name", "messages_ready", "messages_unacknowledged", "consumers"))
-			t.Fatalf("%d of %d messages handled within 60s; consumer %+v", n, total, st)
-		case <-time.After(50 * time.Millisecond):
-			// A handful of changes: each returns what was prefetched,
-			// which a quorum queue counts towards its delivery limit.
-			if i < 6 {
-				if err := rt.Prefetch("o.a", 5+i); err != nil {
-					t.Fatal(err)
-				}
-			}
-			continue
+	// Six changes while the queue is being worked through (each returns
+	// what was prefetched, which a quorum queue counts towards its
+	// delivery limit); the broker consumer has the last one.
+	for i := range 6 {
+		if err := rt.Prefetch("o.a", 5+i); err != nil {
+			t.Fatal(err)
 		}
-		break
+		mu.Lock()
+		n := len(seen)
+		mu.Unlock()
+		if n == total {
+			t.Fatalf("the queue was worked through before change %d: the changes did not happen under load", i+1)
+		}
+	}
+	brokerPrefetch(t, url, "o.a", 10)
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		mu.Lock()
+		n := len(seen)
+		mu.Unlock()
+		st, _ := rt.Consumer(t.Context(), "o.a")
+		t.Logf("queues: %s", testenv.Rabbitmqctl(t, "list_queues", "-p", testenv.VHostOf(url), "-q", "--no-table-headers", "name", "messages_ready", "messages_unacknowledged", "consumers"))
+		t.Fatalf("%d of %d messages handled within 60s; consumer %+v", n, total, st)
 	}
 	mu.Lock()
 	defer mu.Unlock()

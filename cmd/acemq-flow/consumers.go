@@ -99,8 +99,11 @@ func newConsumersCmd(s streams) *cobra.Command {
 		Short: "See and steer the running runtime's consumers",
 		Long: `See and steer the consumers of a running runtime, through its admin API
 (--admin, env ACEMQ_ADMIN_ADDR; --admin-token, env ACEMQ_ADMIN_TOKEN, when it
-listens beyond loopback). stop drains the consumer first; scale down blocks
-while the removed consumers drain; a group needs at least one consumer.`,
+listens beyond loopback). stop drains the consumer first; scale and prefetch
+restart the group's broker consumer with the new values, as a stop and a
+start would: what it prefetched goes back to the queue, and the command
+returns once what was in flight has finished (up to the drain timeout); a
+group needs at least one consumer.`,
 	}
 	pf := cmd.PersistentFlags()
 	pf.StringVar(&admin, "admin", envOr("ACEMQ_ADMIN_ADDR", "127.0.0.1:9464"), "the runtime's admin address (env ACEMQ_ADMIN_ADDR)")
