@@ -53,8 +53,24 @@ type group struct {
 	state    string
 	size     int
 	prefetch int
+	// view is state, size and prefetch as last set, for status readers:
+	// they must not wait behind g.mu, which a stop, scale or prefetch
+	// change holds while the group drains.
+	view atomic.Pointer[groupView]
 	member   *member // nil unless running
 	prepared bool    // its queues are declared and checked
+}
+
+// groupView is what a status reader sees of a group's settings.
+type groupView struct {
+	state          string
+	size, prefetch int
+}
+
+// show publishes state, size and prefetch to status readers; the caller
+// holds g.mu (or owns g, before it is shared).
+func (g *group) show() {
+	g.view.Store(&groupView{state: g.state, size: g.size, prefetch: g.prefetch})
 }
 
 // member runs a group's consumers: one broker.Consumer with one
@@ -75,6 +91,7 @@ func (r *Runtime) newGroup(c *Consumer) *group {
 	g.mDuration = r.metrics.duration.WithLabelValues(c.ID)
 	g.mDead = r.metrics.deadLettered.WithLabelValues(c.Queue)
 	g.mMessages = map[string]prometheus.Counter{}
+	g.show()
 	for _, o := range outcomes {
 		g.counts[o] = &atomic.Int64{}
 		g.mMessages[o] = r.metrics.messages.WithLabelValues(c.ID, o)
@@ -113,6 +130,7 @@ func (g *group) start(ctx context.Context) error {
 	g.add()
 	g.warnPrefetchCap(g.prefetch, g.size)
 	g.state = StateRunning
+	g.show()
 	g.log.Info("consumer started", "prefetch", g.prefetch, "concurrency", g.size)
 	return nil
 }
@@ -181,9 +199,11 @@ func (g *group) stop() {
 		return
 	}
 	g.state = StateStopping
+	g.show()
 	left := g.remove()
 	g.bg.Wait()
 	g.state = StateStopped
+	g.show()
 	// Its queue is checked again when it starts: it may be gone by then.
 	g.prepared = false
 	g.reportDrain(left)
@@ -208,6 +228,7 @@ func (g *group) shutdown() {
 		g.reportDrain(left)
 	}
 	g.state = StateStopped
+	g.show()
 }
 
 // scale sets the number of consumers (handlers at once). A running group
@@ -227,6 +248,7 @@ func (g *group) scale(n int) error {
 		return nil
 	}
 	g.size = n
+	g.show()
 	if g.state == StateRunning {
 		if err := g.restart(); err != nil {
 			return err
@@ -253,6 +275,7 @@ func (g *group) restart() error {
 	if g.r.runCtx.Err() != nil {
 		g.state = StateStopped
 		g.prepared = false
+		g.show()
 		return fmt.Errorf("consumer %q: %w", g.c.ID, ErrShuttingDown)
 	}
 	g.add()
@@ -276,6 +299,7 @@ func (g *group) setPrefetch(n int) error {
 		return nil
 	}
 	g.prefetch = n
+	g.show()
 	if g.member != nil {
 		return g.restart()
 	}
@@ -561,10 +585,9 @@ var holdBeforeRequeue = 5 * time.Second
 
 // snapshot is what the registry shows of a group.
 func (g *group) snapshot(ctx context.Context) ConsumerStatus {
-	g.mu.Lock()
-	st := ConsumerStatus{ID: g.c.ID, Kind: string(g.c.Kind), State: g.state, Queue: g.c.Queue, Size: g.size,
-		Prefetch: g.prefetch, Handler: g.c.Handler, InFlight: g.inflight.Load(), Counters: map[string]int64{}}
-	g.mu.Unlock()
+	v := g.view.Load()
+	st := ConsumerStatus{ID: g.c.ID, Kind: string(g.c.Kind), State: v.state, Queue: g.c.Queue, Size: v.size,
+		Prefetch: v.prefetch, Handler: g.c.Handler, InFlight: g.inflight.Load(), Counters: map[string]int64{}}
 	for o, n := range g.counts {
 		st.Counters[o] = n.Load()
 	}

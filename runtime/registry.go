@@ -105,9 +105,9 @@ func (r *Runtime) Scale(id string, n int) error {
 		others := 0
 		for _, o := range r.groups {
 			if o != g {
-				o.mu.Lock()
-				others += o.size
-				o.mu.Unlock()
+				// Sizes change only here, under scaleMu; the view does not
+				// wait behind a group that is draining.
+				others += o.view.Load().size
 			}
 		}
 		// Compared without adding, which a size near the largest int

@@ -627,3 +627,30 @@ func TestPrefetchChangesUnderLoadLoseNothing(t *testing.T) {
 		}
 	}
 }
+
+// A group's status is answered while the group drains (a stop, a scale or
+// a prefetch change waits for what is in flight), and shows it stopping.
+func TestStatusAnswersWhileAGroupDrains(t *testing.T) {
+	url := testenv.VHost(t)
+	h := newHoldHandler(2)
+	rt, _ := startInProcess(t, url, handlersFlow, runtime.Options{Handlers: map[string]runtime.HandlerFunc{"k.hold": h.handle}})
+	publishN(t, url, "h", "a", 10)
+	h.waitRunning(t, 2)
+	stopped := make(chan error, 1)
+	go func() { stopped <- rt.Stop("h.a") }()
+	testenv.Eventually(t, 10*time.Second, func() error {
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+		defer cancel()
+		st, err := rt.Consumer(ctx, "h.a")
+		if err != nil || st.State != runtime.StateStopping {
+			return testenv.Errorf("Consumer(h.a) while it drains = %+v, %v; want state %s", st, err, runtime.StateStopping)
+		}
+		return nil
+	})
+	for range 100 {
+		h.release <- struct{}{}
+	}
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+}
