@@ -56,7 +56,7 @@ type group struct {
 	// view is state, size and prefetch as last set, for status readers:
 	// they must not wait behind g.mu, which a stop, scale or prefetch
 	// change holds while the group drains.
-	view atomic.Pointer[groupView]
+	view     atomic.Pointer[groupView]
 	member   *member // nil unless running
 	prepared bool    // its queues are declared and checked
 }
