@@ -411,12 +411,9 @@ pipelines:
 func brokerPrefetch(t *testing.T, url, queue string, want int) {
 	t.Helper()
 	testenv.Eventually(t, 10*time.Second, func() error {
-		out := testenv.Rabbitmqctl(t, "list_consumers", "-p", testenv.VHostOf(url), "-q", "--no-table-headers", "queue_name", "prefetch_count")
 		var got []string
-		for _, line := range strings.Split(out, "\n") {
-			if f := strings.Fields(line); len(f) == 2 && f[0] == queue {
-				got = append(got, f[1])
-			}
+		for _, c := range testenv.BrokerConsumers(t, url, queue) {
+			got = append(got, c.Prefetch)
 		}
 		if len(got) != 1 || got[0] != strconv.Itoa(want) {
 			return testenv.Errorf("the broker lists prefetch counts %v for %s's consumers, want one of %d", got, queue, want)

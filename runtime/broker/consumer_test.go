@@ -238,13 +238,10 @@ func TestConsumerResumesWhenTheQueueAppears(t *testing.T) {
 // channels and prefetch counts.
 func brokerConsumers(t *testing.T, url, queue string) (channels map[string]int, prefetch []string) {
 	t.Helper()
-	out := testenv.Rabbitmqctl(t, "list_consumers", "-p", testenv.VHostOf(url), "-q", "--no-table-headers", "queue_name", "channel_pid", "prefetch_count")
 	channels = map[string]int{}
-	for _, line := range strings.Split(out, "\n") {
-		if f := strings.Fields(line); len(f) == 3 && f[0] == queue {
-			channels[f[1]]++
-			prefetch = append(prefetch, f[2])
-		}
+	for _, c := range testenv.BrokerConsumers(t, url, queue) {
+		channels[c.Channel]++
+		prefetch = append(prefetch, c.Prefetch)
 	}
 	return channels, prefetch
 }

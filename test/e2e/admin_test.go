@@ -29,25 +29,17 @@ func TestConsumersCommandSteersTheRunningRuntime(t *testing.T) {
 			t.Fatalf("send: exit %d: %s", code, errOut)
 		}
 	}
-	vhost := testenv.VHostOf(url)
-	brokerConsumers := func(queue string) (n int, prefetch []string) {
-		out := testenv.Rabbitmqctl(t, "list_consumers", "-p", vhost, "-q", "--no-table-headers", "queue_name", "prefetch_count")
-		for _, line := range strings.Split(out, "\n") {
-			f := strings.Fields(line)
-			if len(f) == 2 && f[0] == queue {
-				n++
-				prefetch = append(prefetch, f[1])
-			}
-		}
-		return n, prefetch
-	}
 	// A group is one broker consumer whose prefetch is its size times the
 	// step's prefetch (100 per handler); it subscribes again with the new
 	// prefetch a moment after a scale returns.
 	brokerPrefetch := func(want string) {
 		t.Helper()
 		testenv.Eventually(t, 10*time.Second, func() error {
-			if _, pf := brokerConsumers("hops.a"); !slices.Equal(pf, []string{want}) {
+			var pf []string
+			for _, c := range testenv.BrokerConsumers(t, url, "hops.a") {
+				pf = append(pf, c.Prefetch)
+			}
+			if !slices.Equal(pf, []string{want}) {
 				return testenv.Errorf("the broker shows prefetch counts %v on hops.a, want one consumer of prefetch %s", pf, want)
 			}
 			return nil

@@ -107,6 +107,26 @@ func Rabbitmqctl(t testing.TB, args ...string) string {
 	return string(out)
 }
 
+// BrokerConsumer is one consumer RabbitMQ lists on a queue.
+type BrokerConsumer struct {
+	Channel  string // the channel's process id, alike for consumers sharing one
+	Prefetch string // its prefetch_count
+}
+
+// BrokerConsumers lists, with rabbitmqctl, the consumers on queue in url's
+// virtual host.
+func BrokerConsumers(t testing.TB, url, queue string) []BrokerConsumer {
+	t.Helper()
+	out := Rabbitmqctl(t, "list_consumers", "-p", VHostOf(url), "-q", "--no-table-headers", "queue_name", "channel_pid", "prefetch_count")
+	var cs []BrokerConsumer
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) == 3 && f[0] == queue {
+			cs = append(cs, BrokerConsumer{Channel: f[1], Prefetch: f[2]})
+		}
+	}
+	return cs
+}
+
 // Eventually calls check every interval until it returns nil or the deadline
 // passes, then fails the test with the last error. It is for conditions that
 // have no event to wait on (a queue's depth on the broker), never a stand-in
