@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Starts what acemq-flow's tests and `make run` need on this machine:
-# RabbitMQ (127.0.0.1:5672) and PostgreSQL (127.0.0.1:5432, database "test"),
-# plus the Debian packages the cross-language tests use. Installs what is
+# RabbitMQ (127.0.0.1:5672, with the management API on 127.0.0.1:15672, which
+# the topology drift check reads) and PostgreSQL (127.0.0.1:5432, database
+# "test"), plus the Debian packages the cross-language tests use. Installs what is
 # missing when run as root with apt-get; otherwise says what to install.
 # `services.sh rabbitmq` sees to RabbitMQ alone (what `make run` needs).
 set -u
@@ -39,6 +40,8 @@ if [ "$ONLY" != rabbitmq ]; then
   [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import grpc, google.protobuf' 2>/dev/null ||
     missing+=(python3 python3-grpcio python3-protobuf)
   [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import pika' 2>/dev/null || missing+=(python3-pika)
+  # The Python plugin test and test/interop import it.
+  [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import cryptography' 2>/dev/null || missing+=(python3-cryptography)
 fi
 if [ ${#missing[@]} -gt 0 ]; then apt_install "${missing[@]}" || true; fi
 
@@ -54,6 +57,35 @@ elif have rabbitmq-server; then
   if wait_port 5672; then say "RabbitMQ started"; else say "RabbitMQ did not start; see /var/log/rabbitmq"; status=1; fi
 else
   say "RabbitMQ is not installed (apt-get install rabbitmq-server)"; status=1
+fi
+
+# The management API (127.0.0.1:15672): the topology check reads a queue's
+# type, arguments and bindings there, where a refused declaration names only
+# one argument. Enabling an enabled plugin changes nothing.
+mgmt_up() {
+  if have curl; then
+    curl -fsS -o /dev/null -m 2 -u guest:guest http://127.0.0.1:15672/api/overview 2>/dev/null ||
+      curl -sS -o /dev/null -m 2 http://127.0.0.1:15672/ 2>/dev/null
+  else
+    port_open 15672
+  fi
+}
+if port_open 5672; then
+  if mgmt_up; then
+    say "RabbitMQ management is up on 127.0.0.1:15672"
+  elif have rabbitmq-plugins; then
+    say "enabling rabbitmq_management"
+    if rabbitmq-plugins enable rabbitmq_management >/dev/null 2>&1; then
+      up=
+      for _ in $(seq 1 120); do mgmt_up && { up=1; break; }; sleep 0.5; done
+      if [ -n "$up" ]; then say "RabbitMQ management is up on 127.0.0.1:15672"
+      else say "RabbitMQ management did not answer on 127.0.0.1:15672; see /var/log/rabbitmq"; status=1; fi
+    else
+      say "rabbitmq-plugins enable rabbitmq_management failed; run it as root"; status=1
+    fi
+  else
+    say "rabbitmq-plugins is not installed; enable rabbitmq_management on the broker"; status=1
+  fi
 fi
 
 [ "$ONLY" = rabbitmq ] && exit $status
