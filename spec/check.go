@@ -192,7 +192,12 @@ func typeHint(err error) string {
 	if errors.As(err, &uf) {
 		return "use one of the formats of JSON Schema 2020-12, such as date-time, date, email, uri or uuid"
 	}
-	if strings.Contains(err.Error(), "InfiniteLoop") || strings.Contains(err.Error(), "loop") {
+	// The compiler reports a $ref cycle it would follow for ever (a schema
+	// that refers back to itself through allOf, properties and the like) as
+	// an InfiniteLoopError inside its *SchemaError; a cycle of bare $refs
+	// compiles and is caught by refLoops.
+	var loop jsonschema.InfiniteLoopError
+	if errors.As(err, &loop) {
 		return "break the $ref cycle"
 	}
 	return "fix the schema (JSON Schema 2020-12)"
