@@ -297,7 +297,7 @@ func (c *fileChecker) pipeline(p *Pipeline) {
 			c.typeRef(s.Output, s.OutputPos, true)
 		}
 		if s.Delay > 0 && i == 0 {
-			c.d.errorf(s.DelayPos, "delay-first-step", "delay a later step, or use `send --in`",
+			c.d.errorf(s.DelayPos, "delay-first-step", "remove the delay: a message reaches the first step when it is sent",
 				"the first step %q cannot have a delay: nothing finished before it", s.Name)
 		}
 		prevOut, prevName, prevKnown = s.Output, s.Name, true

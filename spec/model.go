@@ -148,6 +148,8 @@ type Pipeline struct {
 // Step is one stage of a pipeline. Input is the previous step's Output (or
 // the pipeline's Input for the first step); Output "none" means the step
 // returns nothing. Empty Input or Output means any JSON value, unchecked.
+// Delay is checked here, but the runtime does not run delays yet:
+// runtime.New refuses a plan with a delayed step.
 type Step struct {
 	Pos
 	Name        string        `yaml:"name"`
@@ -241,7 +243,8 @@ func (q *Queue) argAt(k string) Pos {
 }
 
 // Saga is a durable sequence of steps with compensations, run in reverse when
-// a later step fails.
+// a later step fails. spec checks sagas in full, but the runtime does not run
+// them yet: runtime.New refuses a plan with one.
 type Saga struct {
 	Pos
 	Name        string      `yaml:"name"`
@@ -263,7 +266,9 @@ type SagaStep struct {
 	When          Condition  `yaml:"when"`
 }
 
-// Schedule is a recurring send: exactly one firing per tick across replicas.
+// Schedule is a recurring send, meant to fire exactly once per tick across
+// replicas. spec checks schedules in full, but the runtime does not run them
+// yet: runtime.New refuses a plan with one.
 type Schedule struct {
 	Pos
 	Name     string        `yaml:"name"`
