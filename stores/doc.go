@@ -3,7 +3,9 @@
 // transactional outbox (messages written in a caller's transaction and
 // published later by a relay). It knows keys, payload bytes, claims and
 // states; it does not know what flows, steps or consumers are, and it never
-// imports spec or runtime.
+// imports spec or runtime. It holds the interfaces and their types only: the
+// backends import stores, never the reverse, and stores/storeurl, which
+// imports them all, opens the one a store URL names.
 //
 // # Backends
 //
@@ -17,12 +19,12 @@
 //
 // # Entry points, in the order a caller uses them
 //
-//  1. Open(ctx, url, Options) returns a Set. It connects and creates
-//     nothing.
+//  1. storeurl.Open(ctx, url, Options) returns a Set (or a backend's own
+//     Open its concrete store). It connects and creates nothing.
 //  2. Set.Migrate (development, `run --create-schema`, `acemq-flow
 //     migrate`) applies the embedded SQL; Set.CheckSchema (production)
-//     checks an operator applied it. WriteMigrations prints that SQL for
-//     `migrate --print`.
+//     checks an operator applied it. storeurl.WriteMigrations prints that
+//     SQL for `migrate --print`.
 //  3. The consumer side uses the Idempotency methods of the Set: TryClaim
 //     (or TryClaimBatch) before a handler, Confirm (or ConfirmBatch) after
 //     it, Release when it fails, PurgeExpired on a schedule.

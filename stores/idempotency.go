@@ -2,14 +2,15 @@ package stores
 
 import (
 	"context"
-
-	"github.com/acemq/acemq-flow/stores/internal/core"
+	"errors"
+	"fmt"
+	"time"
 )
 
 // ClaimState is the answer to a claim: Claimed, AlreadyConfirmed or
 // InProgress. Its String form ("claimed", "already_confirmed",
 // "in_progress") is what telemetry records.
-type ClaimState = core.ClaimState
+type ClaimState int
 
 // The three answers to a claim.
 //
@@ -23,16 +24,29 @@ type ClaimState = core.ClaimState
 //     acknowledge the delivery as done; it brings it round again later,
 //     until the claim is confirmed or its lease expires and is taken over.
 const (
-	Claimed          = core.Claimed
-	AlreadyConfirmed = core.AlreadyConfirmed
-	InProgress       = core.InProgress
+	Claimed ClaimState = iota + 1
+	AlreadyConfirmed
+	InProgress
 )
+
+// String returns the state as telemetry records it.
+func (s ClaimState) String() string {
+	switch s {
+	case Claimed:
+		return "claimed"
+	case AlreadyConfirmed:
+		return "already_confirmed"
+	case InProgress:
+		return "in_progress"
+	}
+	return fmt.Sprintf("ClaimState(%d)", int(s))
+}
 
 // Token is a fencing value handed out with every Claimed answer. Tokens are
 // unique within a store and increase with every claim, so a later claim of a
 // key always carries a larger token than an earlier one. A Confirm or Release
 // is accepted only with the token that holds the key now.
-type Token = core.Token
+type Token int64
 
 // ClaimRequest asks for a claim on Key.
 //
@@ -40,20 +54,32 @@ type Token = core.Token
 // name, say); it decides nothing. Lease is how long the claim holds before
 // another claimant may take it over; zero means Options.ClaimTimeout, and a
 // lease longer than Options.Retention is refused.
-type ClaimRequest = core.ClaimRequest
+type ClaimRequest struct {
+	Key   string
+	Owner string
+	Lease time.Duration
+}
 
 // Claim is the answer to one ClaimRequest. Token is set only when State is
 // Claimed. Owner and ExpiresAt describe the current holder: for Claimed the
 // caller's own lease, for InProgress the other claimant's (when its lease
 // ends), for AlreadyConfirmed when the confirmation may be purged.
-type Claim = core.Claim
+type Claim struct {
+	State     ClaimState
+	Token     Token
+	Owner     string
+	ExpiresAt time.Time
+}
 
 // Held names a claim its holder presents to ConfirmBatch: the key and the
 // token TryClaim returned.
-type Held = core.Held
+type Held struct {
+	Key   string
+	Token Token
+}
 
 // ErrStaleClaim is matched (errors.Is) by every *StaleClaimError.
-var ErrStaleClaim = core.ErrStaleClaim
+var ErrStaleClaim = errors.New("stale claim")
 
 // StaleClaimError refuses a Confirm or Release whose token no longer holds
 // the key: the lease expired and another claimant took it over (Current is
@@ -61,7 +87,28 @@ var ErrStaleClaim = core.ErrStaleClaim
 // Release, the claim was already confirmed (Current == Token, Confirmed).
 // The refused caller must not treat its work as recorded; the message will
 // be, or already was, handled by the claimant that holds the key.
-type StaleClaimError = core.StaleClaimError
+type StaleClaimError struct {
+	Key       string
+	Token     Token
+	Current   Token
+	Confirmed bool
+}
+
+// Error says which key and which token, and what holds the key now.
+func (e *StaleClaimError) Error() string {
+	switch {
+	case e.Current == 0:
+		return fmt.Sprintf("idempotency key %q: claim token %d is stale: no claim exists (released, expired and purged, or never made)", e.Key, e.Token)
+	case e.Current == e.Token && e.Confirmed:
+		return fmt.Sprintf("idempotency key %q: claim token %d is already confirmed", e.Key, e.Token)
+	case e.Confirmed:
+		return fmt.Sprintf("idempotency key %q: claim token %d is stale: the lease was taken over and confirmed by token %d", e.Key, e.Token, e.Current)
+	}
+	return fmt.Sprintf("idempotency key %q: claim token %d is stale: the lease was taken over by token %d", e.Key, e.Token, e.Current)
+}
+
+// Is reports whether target is ErrStaleClaim.
+func (e *StaleClaimError) Is(target error) bool { return target == ErrStaleClaim }
 
 // Idempotency is the idempotency store: it records, per key, that a message
 // is being handled (a claim, which is a lease) and then that it was handled

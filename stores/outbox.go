@@ -2,9 +2,10 @@ package stores
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strings"
 	"time"
-
-	"github.com/acemq/acemq-flow/stores/internal/core"
 )
 
 // OutboxRecord is one row of the outbox table (its columns are documented in
@@ -19,13 +20,51 @@ import (
 // set once the broker confirmed the row reached a queue; StuckAt once the
 // store stopped handing the row out after Options.OutboxMaxAttempts
 // failures.
-type OutboxRecord = core.OutboxRecord
+type OutboxRecord struct {
+	ID          int64
+	Exchange    string
+	RoutingKey  string
+	Body        []byte
+	ContentType string
+	Properties  Properties
+	CreatedAt   time.Time
+	Attempts    int
+	LastError   string
+	LeaseOwner  string
+	LeaseUntil  time.Time
+	PublishedAt time.Time
+	StuckAt     time.Time
+	// Invalid is why the row's properties column could not be read (a row
+	// written by another program with a value of the wrong type, such as a
+	// string priority); nil for a readable row. A store hands such a row out
+	// like any other, so that it neither fails the rows claimed with it nor
+	// hides them from a listing; the relay does not publish it but records
+	// a failed attempt with this reason, so it ends stuck, listed with its
+	// reason by `acemq-flow outbox list --stuck`.
+	Invalid error
+}
+
+// Stuck reports whether the store stopped handing the record out.
+func (r OutboxRecord) Stuck() bool { return !r.StuckAt.IsZero() }
 
 // Properties are the AMQP properties the relay publishes an outbox record
 // with, stored as one JSON object (the properties column). Empty fields are
 // left unset on the message. Header values are JSON values; numbers read
 // back as json.Number.
-type Properties = core.Properties
+type Properties struct {
+	MessageID       string         `json:"message_id,omitempty"`
+	CorrelationID   string         `json:"correlation_id,omitempty"`
+	ReplyTo         string         `json:"reply_to,omitempty"`
+	Type            string         `json:"type,omitempty"`
+	AppID           string         `json:"app_id,omitempty"`
+	UserID          string         `json:"user_id,omitempty"`
+	ContentEncoding string         `json:"content_encoding,omitempty"`
+	Expiration      string         `json:"expiration,omitempty"`
+	Priority        uint8          `json:"priority,omitempty"`
+	DeliveryMode    uint8          `json:"delivery_mode,omitempty"`
+	Timestamp       int64          `json:"timestamp,omitempty"`
+	Headers         map[string]any `json:"headers,omitempty"`
+}
 
 // Outbox is the write side of the transactional outbox, for a backend whose
 // transactions have type Tx (pgx.Tx for postgres, *sql.Tx for sqlite,
@@ -43,12 +82,27 @@ type Outbox[Tx any] interface {
 }
 
 // ErrLeaseLost is matched (errors.Is) by every *LeaseLostError.
-var ErrLeaseLost = core.ErrLeaseLost
+var ErrLeaseLost = errors.New("outbox lease lost")
 
 // LeaseLostError refuses MarkPublished or MarkFailed for rows the relay
 // Owner no longer holds: its lease expired and another relay claimed them
 // (that relay publishes them again), or the ids are unknown.
-type LeaseLostError = core.LeaseLostError
+type LeaseLostError struct {
+	Owner string
+	IDs   []int64
+}
+
+// Error names the relay and the rows.
+func (e *LeaseLostError) Error() string {
+	ids := make([]string, len(e.IDs))
+	for i, id := range e.IDs {
+		ids[i] = fmt.Sprint(id)
+	}
+	return fmt.Sprintf("outbox relay %q no longer holds the lease on rows %s (taken over by another relay, or unknown ids)", e.Owner, strings.Join(ids, ","))
+}
+
+// Is reports whether target is ErrLeaseLost.
+func (e *LeaseLostError) Is(target error) bool { return target == ErrLeaseLost }
 
 // OutboxRelay is the relay side of the outbox: it hands out committed
 // records under a lease and records what became of them. It runs on its own
@@ -132,7 +186,14 @@ type OutboxLocker interface {
 // is unknown: they are published again after it, as with ClaimBatch), and
 // commits. Abort rolls back: every row is pending again at once. After
 // either, the batch is closed and further calls do nothing.
-type LockedBatch = core.LockedBatch
+type LockedBatch interface {
+	Records() []OutboxRecord
+	Finish(ctx context.Context, published []int64, failed []FailedRecord) (stuck []int64, err error)
+	Abort()
+}
 
 // FailedRecord is a record whose publish failed, and why.
-type FailedRecord = core.FailedRecord
+type FailedRecord struct {
+	ID     int64
+	Reason string
+}

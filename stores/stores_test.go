@@ -1,97 +1,14 @@
 package stores_test
 
 import (
-	"bytes"
+	"errors"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/acemq/acemq-flow/stores"
 )
-
-func TestBackend(t *testing.T) {
-	cases := []struct {
-		name, url, want string
-	}{
-		{"postgres scheme selects postgres", "postgres://u@h/db", "postgres"},
-		{"postgresql scheme selects postgres", "postgresql://u@h/db", "postgres"},
-		{"sqlite with a relative path selects sqlite", "sqlite:flow.db", "sqlite"},
-		{"sqlite with an absolute path selects sqlite", "sqlite:///var/lib/flow.db", "sqlite"},
-		{"memory selects memory", "memory:", "memory"},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := stores.Backend(tc.url)
-			if err != nil || got != tc.want {
-				t.Fatalf("Backend(%q) = %q, %v; want %q", tc.url, got, err, tc.want)
-			}
-		})
-	}
-}
-
-func TestBackendRefusesUnknownSchemesWithoutThePassword(t *testing.T) {
-	for _, u := range []string{"mysql://root:hunter2@db/x", "hunter2", "redis://:hunter2@h"} {
-		_, err := stores.Backend(u)
-		if err == nil {
-			t.Fatalf("Backend(%q): nil error", u)
-		}
-		if strings.Contains(err.Error(), "hunter2") {
-			t.Fatalf("Backend(%q) error shows the password: %v", u, err)
-		}
-	}
-}
-
-func TestSQLitePath(t *testing.T) {
-	cases := map[string]string{
-		"sqlite:flow.db":             "flow.db",
-		"sqlite:./data/flow.db":      "./data/flow.db",
-		"sqlite:/var/lib/flow.db":    "/var/lib/flow.db",
-		"sqlite:///var/lib/flow.db":  "/var/lib/flow.db",
-		"sqlite3:/var/lib/flow.db":   "/var/lib/flow.db",
-		"sqlite://relative/flow.db":  "relative/flow.db",
-		"sqlite:C:/acemq/flow.db":    "C:/acemq/flow.db",
-		"sqlite:/tmp/with space.db":  "/tmp/with space.db",
-		"sqlite:/tmp/unicode-é.db":   "/tmp/unicode-é.db",
-		"sqlite:/tmp/x.db#fragment?": "/tmp/x.db#fragment?",
-	}
-	for in, want := range cases {
-		if got := stores.SQLitePath(in); got != want {
-			t.Errorf("SQLitePath(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
-func TestOpenPicksTheBackend(t *testing.T) {
-	ctx := t.Context()
-	s, err := stores.Open(ctx, "memory:", stores.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if c, err := s.TryClaim(ctx, stores.ClaimRequest{Key: "k"}); err != nil || c.State != stores.Claimed {
-		t.Fatalf("memory: TryClaim = %v, %v", c.State, err)
-	}
-
-	path := t.TempDir() + "/flow.db"
-	s2, err := stores.Open(ctx, "sqlite:"+path, stores.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s2.Close()
-	if err := s2.CheckSchema(ctx); err == nil {
-		t.Fatal("sqlite: CheckSchema on a new file: nil error; Open must not create tables")
-	}
-	if err := s2.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if c, err := s2.TryClaim(ctx, stores.ClaimRequest{Key: "k"}); err != nil || c.State != stores.Claimed {
-		t.Fatalf("sqlite: TryClaim = %v, %v", c.State, err)
-	}
-
-	if _, err := stores.Open(ctx, "sqlite::memory:", stores.Options{}); err == nil {
-		t.Error("Open(sqlite::memory:): nil error, want a refusal pointing at memory:")
-	}
-}
 
 func TestOptionsDefaultsAndLimits(t *testing.T) {
 	o, err := stores.Options{}.WithDefaults()
@@ -119,39 +36,39 @@ func TestOptionsDefaultsAndLimits(t *testing.T) {
 	}
 }
 
-func TestWriteMigrationsPrintsWhatMigrateRuns(t *testing.T) {
-	for _, u := range []string{"postgres://h/db", "sqlite:x.db"} {
-		ms, err := stores.Migrations(u)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(ms) < 3 {
-			t.Fatalf("Migrations(%s) = %d files, want the migrations table, idempotency and outbox at least", u, len(ms))
-		}
-		var buf bytes.Buffer
-		if err := stores.WriteMigrations(&buf, u); err != nil {
-			t.Fatal(err)
-		}
-		out := buf.String()
-		for i, m := range ms {
-			if m.Version != i {
-				t.Errorf("%s: migration %d has version %d", u, i, m.Version)
-			}
-			if !strings.Contains(out, "-- "+m.Name) || !strings.Contains(out, m.SQL) {
-				t.Errorf("%s: printed SQL lacks %s verbatim", u, m.Name)
-			}
-			if !strings.Contains(m.SQL, "acemq_migrations") {
-				t.Errorf("%s: %s does not record itself in acemq_migrations", u, m.Name)
-			}
-		}
-		for _, table := range []string{"acemq_idempotency", "acemq_outbox"} {
-			if !strings.Contains(out, "CREATE TABLE IF NOT EXISTS "+table) {
-				t.Errorf("%s: printed SQL does not create %s", u, table)
-			}
-		}
+func TestStaleClaimErrorSaysWhatHoldsTheKey(t *testing.T) {
+	cases := []struct {
+		name string
+		err  *stores.StaleClaimError
+		want string
+	}{
+		{"no row", &stores.StaleClaimError{Key: "m-1", Token: 4}, "no claim exists"},
+		{"taken over", &stores.StaleClaimError{Key: "m-1", Token: 4, Current: 9}, "taken over by token 9"},
+		{"taken over and confirmed", &stores.StaleClaimError{Key: "m-1", Token: 4, Current: 9, Confirmed: true}, "taken over and confirmed by token 9"},
+		{"own claim already confirmed", &stores.StaleClaimError{Key: "m-1", Token: 4, Current: 4, Confirmed: true}, "already confirmed"},
 	}
-	var buf bytes.Buffer
-	if err := stores.WriteMigrations(&buf, "memory:"); err != nil || !strings.Contains(buf.String(), "no tables") {
-		t.Errorf("WriteMigrations(memory:) = %q, %v", buf.String(), err)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			msg := tc.err.Error()
+			if !strings.Contains(msg, tc.want) || !strings.Contains(msg, `"m-1"`) || !errors.Is(tc.err, stores.ErrStaleClaim) {
+				t.Errorf("Error() = %q, want it to name the key and say %q, and to match ErrStaleClaim", msg, tc.want)
+			}
+		})
+	}
+}
+
+// The backends import stores for its types, never the reverse (STYLE.md
+// §1): stores imports nothing of this module, so opening a store URL is
+// left to stores/storeurl.
+func TestStoresImportsNothingOfTheModule(t *testing.T) {
+	const pkg = "github.com/acemq/acemq-flow/stores"
+	out, err := exec.Command("go", "list", "-deps", pkg).CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)
+	}
+	for _, dep := range strings.Fields(string(out)) {
+		if dep != pkg && strings.HasPrefix(dep, "github.com/acemq/acemq-flow/") {
+			t.Errorf("stores imports %s; the backends and their helpers import stores, never the reverse", dep)
+		}
 	}
 }

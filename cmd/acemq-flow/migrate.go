@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/acemq/acemq-flow/stores"
+	"github.com/acemq/acemq-flow/stores/storeurl"
 )
 
 // defaultStore is the store a command uses without --store or
@@ -32,12 +33,12 @@ told to (--create-schema, for development).
 Environment: ACEMQ_STORE_URL (--store).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			backend, err := stores.Backend(storeURL)
+			backend, err := storeurl.Backend(storeURL)
 			if err != nil {
 				return usage("--store: %v", err)
 			}
 			if printSQL {
-				if err := stores.WriteMigrations(s.out, storeURL); err != nil {
+				if err := storeurl.WriteMigrations(s.out, storeURL); err != nil {
 					return failed("%v", err)
 				}
 				return nil
@@ -46,7 +47,7 @@ Environment: ACEMQ_STORE_URL (--store).`,
 				fmt.Fprintln(s.out, "the memory store has no tables; nothing to migrate")
 				return nil
 			}
-			set, err := stores.Open(cmd.Context(), storeURL, stores.Options{})
+			set, err := storeurl.Open(cmd.Context(), storeURL, stores.Options{})
 			if err != nil {
 				return failed("open the store %s: %v", redactStore(storeURL), err)
 			}
@@ -54,7 +55,7 @@ Environment: ACEMQ_STORE_URL (--store).`,
 			if err := set.Migrate(cmd.Context()); err != nil {
 				return failed("migrate the store %s: %v", redactStore(storeURL), err)
 			}
-			ms, err := stores.Migrations(storeURL)
+			ms, err := storeurl.Migrations(storeURL)
 			if err != nil {
 				return failed("%v", err)
 			}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/acemq/acemq-flow/stores"
+	"github.com/acemq/acemq-flow/stores/storeurl"
 )
 
 func TestMigratePrintsSQL(t *testing.T) {
@@ -39,7 +40,7 @@ func TestMigratePrintsSQL(t *testing.T) {
 	}
 	t.Run("the printed SQL is what the store runs", func(t *testing.T) {
 		out, _, _ := cli(t, "migrate", "--print", "--store", "sqlite:x.db")
-		ms, err := stores.Migrations("sqlite:x.db")
+		ms, err := storeurl.Migrations("sqlite:x.db")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -64,7 +65,7 @@ func TestMigrateAppliesToSQLiteFile(t *testing.T) {
 			t.Fatalf("migrate #%d --store %s: exit %d\nstdout: %s\nstderr: %s", i+1, store, code, out, errOut)
 		}
 	}
-	set, err := stores.Open(t.Context(), store, stores.Options{})
+	set, err := storeurl.Open(t.Context(), store, stores.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/acemq/acemq-flow/runtime"
 	"github.com/acemq/acemq-flow/stores"
+	"github.com/acemq/acemq-flow/stores/storeurl"
 )
 
 func newOutboxCmd(s streams) *cobra.Command {
@@ -43,7 +44,7 @@ the cause and requeues them (see stores/README.md).
 Environment: ACEMQ_STORE_URL (--store).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if _, err := stores.Backend(storeURL); err != nil {
+			if _, err := storeurl.Backend(storeURL); err != nil {
 				return usage("--store: %v", err)
 			}
 			if limit < 0 {

@@ -6,7 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/acemq/acemq-flow/runtime"
-	"github.com/acemq/acemq-flow/stores"
+	"github.com/acemq/acemq-flow/stores/storeurl"
 )
 
 func newRelayCmd(s streams) *cobra.Command {
@@ -40,7 +40,7 @@ Environment: ACEMQ_STORE_URL (--store), ACEMQ_AMQP_URL (--amqp).`,
 			if err != nil {
 				return err
 			}
-			backend, err := stores.Backend(storeURL)
+			backend, err := storeurl.Backend(storeURL)
 			if err != nil {
 				return usage("--store: %v", err)
 			}

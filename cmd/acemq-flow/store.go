@@ -10,6 +10,7 @@ import (
 
 	"github.com/acemq/acemq-flow/runtime"
 	"github.com/acemq/acemq-flow/stores"
+	"github.com/acemq/acemq-flow/stores/storeurl"
 )
 
 // needsStore reports whether the flows use the idempotency store.
@@ -26,16 +27,16 @@ func needsStore(plan *runtime.Plan) bool {
 // only when asked: a runtime that creates tables at start-up is a runtime
 // deciding when your database changes).
 func openStore(ctx context.Context, raw string, claimTimeout time.Duration, create bool) (stores.Set, error) {
-	if backend, _ := stores.Backend(raw); backend == "sqlite" && !create {
+	if backend, _ := storeurl.Backend(raw); backend == "sqlite" && !create {
 		// Opening a SQLite file creates it: a command that fails for want
 		// of tables would leave an empty acemq.db behind.
-		path := stores.SQLitePath(raw)
+		path := storeurl.SQLitePath(raw)
 		if _, err := os.Stat(path); path != "" && errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("the sqlite store %s does not exist; %s to create it with its tables (or `run --create-schema` in development)", redactStore(raw), migrateHint)
 		}
 	}
 	opts := stores.Options{ClaimTimeout: claimTimeout}
-	set, err := stores.Open(ctx, raw, opts)
+	set, err := storeurl.Open(ctx, raw, opts)
 	if err != nil {
 		return nil, fmt.Errorf("open the store %s: %w", redactStore(raw), err)
 	}

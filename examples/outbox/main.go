@@ -32,6 +32,7 @@ import (
 	"github.com/acemq/acemq-flow/stores"
 	"github.com/acemq/acemq-flow/stores/postgres"
 	"github.com/acemq/acemq-flow/stores/sqlite"
+	"github.com/acemq/acemq-flow/stores/storeurl"
 )
 
 func main() {
@@ -83,12 +84,12 @@ func run(ctx context.Context, args []string, storeURL string, stdout, stderr io.
 // placeOrders places o.count orders on the store storeURL names, printing
 // the id of each committed one.
 func placeOrders(ctx context.Context, storeURL string, o options, out io.Writer) (committed, rolledBack int, err error) {
-	backend, err := stores.Backend(storeURL)
+	backend, err := storeurl.Backend(storeURL)
 	if err != nil {
 		return 0, 0, err
 	}
 	// The outbox table is created by `acemq-flow migrate`, never here.
-	set, err := stores.Open(ctx, storeURL, stores.Options{})
+	set, err := storeurl.Open(ctx, storeURL, stores.Options{})
 	if err != nil {
 		return 0, 0, err
 	}
@@ -103,7 +104,7 @@ func placeOrders(ctx context.Context, storeURL string, o options, out io.Writer)
 	case "sqlite":
 		// A handle of our own, opened the way the store opens its file, so
 		// that our transactions wait for the write lock as the relay's do.
-		db, err := sql.Open("sqlite", sqlite.DSN(stores.SQLitePath(storeURL), 5000))
+		db, err := sql.Open("sqlite", sqlite.DSN(storeurl.SQLitePath(storeURL), 5000))
 		if err != nil {
 			return 0, 0, err
 		}

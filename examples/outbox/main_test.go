@@ -12,6 +12,7 @@ import (
 
 	"github.com/acemq/acemq-flow/runtime"
 	"github.com/acemq/acemq-flow/stores"
+	"github.com/acemq/acemq-flow/stores/storeurl"
 	"github.com/acemq/acemq-flow/test/queuetest"
 	"github.com/acemq/acemq-flow/test/testenv"
 )
@@ -23,7 +24,7 @@ func migrated(t *testing.T, kind string) string {
 	if kind == "postgres" {
 		u = testenv.PostgresSchema(t)
 	}
-	set, err := stores.Open(t.Context(), u, stores.Options{})
+	set, err := storeurl.Open(t.Context(), u, stores.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +51,7 @@ func TestOutboxExampleCommitsOrderAndRecordTogether(t *testing.T) {
 	if len(ids) != 7 {
 		t.Fatalf("10 orders with every 3rd rolled back: %d committed, want 7", len(ids))
 	}
-	set, err := stores.Open(t.Context(), u, stores.Options{})
+	set, err := storeurl.Open(t.Context(), u, stores.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +95,7 @@ func TestOutboxExampleThroughTheRelay(t *testing.T) {
 			dels := e.Consume(q)
 			ids := place(t, u, "--count", "12", "--rollback-every", "4", "--routing-key", q)
 
-			set, err := stores.Open(t.Context(), u, stores.Options{})
+			set, err := storeurl.Open(t.Context(), u, stores.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -4,20 +4,21 @@ import (
 	"context"
 	"time"
 
-	"github.com/acemq/acemq-flow/stores/internal/core"
+	"github.com/acemq/acemq-flow/stores"
+	"github.com/acemq/acemq-flow/stores/internal/backend"
 )
 
 // TryClaim implements stores.Idempotency.
-func (s *Store) TryClaim(ctx context.Context, r core.ClaimRequest) (core.Claim, error) {
-	out, err := s.TryClaimBatch(ctx, []core.ClaimRequest{r})
+func (s *Store) TryClaim(ctx context.Context, r stores.ClaimRequest) (stores.Claim, error) {
+	out, err := s.TryClaimBatch(ctx, []stores.ClaimRequest{r})
 	if err != nil {
-		return core.Claim{}, err
+		return stores.Claim{}, err
 	}
 	return out[0], nil
 }
 
 // TryClaimBatch implements stores.Idempotency.
-func (s *Store) TryClaimBatch(ctx context.Context, reqs []core.ClaimRequest) ([]core.Claim, error) {
+func (s *Store) TryClaimBatch(ctx context.Context, reqs []stores.ClaimRequest) ([]stores.Claim, error) {
 	leases, err := s.opts.Leases(reqs)
 	if err != nil {
 		return nil, err
@@ -27,31 +28,31 @@ func (s *Store) TryClaimBatch(ctx context.Context, reqs []core.ClaimRequest) ([]
 	}
 	defer s.mu.Unlock()
 	now := s.opts.Now()
-	firsts, firstOf := core.Dedupe(reqs)
-	out := make([]core.Claim, len(reqs))
+	firsts, firstOf := backend.Dedupe(reqs)
+	out := make([]stores.Claim, len(reqs))
 	for _, i := range firsts {
 		r := reqs[i]
 		c, ok := s.claims[r.Key]
 		if ok && c.expiresAt > now.UnixNano() {
-			state := core.InProgress
+			state := stores.InProgress
 			if c.confirmed {
-				state = core.AlreadyConfirmed
+				state = stores.AlreadyConfirmed
 			}
-			out[i] = core.Claim{State: state, Owner: c.owner, ExpiresAt: time.Unix(0, c.expiresAt)}
+			out[i] = stores.Claim{State: state, Owner: c.owner, ExpiresAt: time.Unix(0, c.expiresAt)}
 			continue
 		}
 		s.token++
 		exp := now.Add(leases[i])
 		s.claims[r.Key] = &claim{token: s.token, owner: r.Owner, expiresAt: exp.UnixNano()}
-		out[i] = core.Claim{State: core.Claimed, Token: s.token, Owner: r.Owner, ExpiresAt: exp}
+		out[i] = stores.Claim{State: stores.Claimed, Token: s.token, Owner: r.Owner, ExpiresAt: exp}
 	}
-	core.Spread(out, firstOf)
+	backend.Spread(out, firstOf)
 	return out, nil
 }
 
 // Confirm implements stores.Idempotency.
-func (s *Store) Confirm(ctx context.Context, key string, token core.Token) error {
-	refused, err := s.ConfirmBatch(ctx, []core.Held{{Key: key, Token: token}})
+func (s *Store) Confirm(ctx context.Context, key string, token stores.Token) error {
+	refused, err := s.ConfirmBatch(ctx, []stores.Held{{Key: key, Token: token}})
 	if err != nil {
 		return err
 	}
@@ -59,7 +60,7 @@ func (s *Store) Confirm(ctx context.Context, key string, token core.Token) error
 }
 
 // ConfirmBatch implements stores.Idempotency.
-func (s *Store) ConfirmBatch(ctx context.Context, held []core.Held) ([]error, error) {
+func (s *Store) ConfirmBatch(ctx context.Context, held []stores.Held) ([]error, error) {
 	if err := s.lock(ctx); err != nil {
 		return nil, err
 	}
@@ -70,9 +71,9 @@ func (s *Store) ConfirmBatch(ctx context.Context, held []core.Held) ([]error, er
 		c, ok := s.claims[h.Key]
 		switch {
 		case !ok:
-			refused[i] = core.Stale(h.Key, h.Token, 0, false)
+			refused[i] = backend.Stale(h.Key, h.Token, 0, false)
 		case c.token != h.Token:
-			refused[i] = core.Stale(h.Key, h.Token, c.token, c.confirmed)
+			refused[i] = backend.Stale(h.Key, h.Token, c.token, c.confirmed)
 		case !c.confirmed:
 			c.confirmed = true
 			c.expiresAt = now.Add(s.opts.Retention).UnixNano()
@@ -82,7 +83,7 @@ func (s *Store) ConfirmBatch(ctx context.Context, held []core.Held) ([]error, er
 }
 
 // Release implements stores.Idempotency.
-func (s *Store) Release(ctx context.Context, key string, token core.Token) error {
+func (s *Store) Release(ctx context.Context, key string, token stores.Token) error {
 	if err := s.lock(ctx); err != nil {
 		return err
 	}
@@ -90,9 +91,9 @@ func (s *Store) Release(ctx context.Context, key string, token core.Token) error
 	c, ok := s.claims[key]
 	switch {
 	case !ok:
-		return core.Stale(key, token, 0, false)
+		return backend.Stale(key, token, 0, false)
 	case c.token != token || c.confirmed:
-		return core.Stale(key, token, c.token, c.confirmed)
+		return backend.Stale(key, token, c.token, c.confirmed)
 	}
 	delete(s.claims, key)
 	return nil

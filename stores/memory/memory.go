@@ -9,7 +9,7 @@ import (
 	"errors"
 	"sync"
 
-	"github.com/acemq/acemq-flow/stores/internal/core"
+	"github.com/acemq/acemq-flow/stores"
 )
 
 // ErrClosed is returned by every method of a closed Store.
@@ -18,26 +18,28 @@ var ErrClosed = errors.New("memory store closed")
 // Store is an in-memory idempotency store and outbox. It is safe for
 // concurrent use. The zero value is not usable; call Open.
 type Store struct {
-	opts core.Options
+	opts stores.Options
 
 	mu     sync.Mutex
 	closed bool
 	claims map[string]*claim
-	token  core.Token
-	outbox map[int64]*core.OutboxRecord
+	token  stores.Token
+	outbox map[int64]*stores.OutboxRecord
 	nextID int64
 }
 
+var _ stores.Set = (*Store)(nil)
+
 type claim struct {
 	confirmed bool
-	token     core.Token
+	token     stores.Token
 	owner     string
 	expiresAt int64 // unix nanoseconds on the store's clock
 }
 
 // Open returns an empty store. It does no I/O; opts are checked and
 // defaulted as for every backend.
-func Open(opts core.Options) (*Store, error) {
+func Open(opts stores.Options) (*Store, error) {
 	o, err := opts.WithDefaults()
 	if err != nil {
 		return nil, err
@@ -45,7 +47,7 @@ func Open(opts core.Options) (*Store, error) {
 	return &Store{
 		opts:   o,
 		claims: make(map[string]*claim),
-		outbox: make(map[int64]*core.OutboxRecord),
+		outbox: make(map[int64]*stores.OutboxRecord),
 	}, nil
 }
 

@@ -9,7 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/acemq/acemq-flow/stores/internal/core"
+	"github.com/acemq/acemq-flow/stores"
+	"github.com/acemq/acemq-flow/stores/internal/backend"
 )
 
 // Tx is the memory backend's transaction for the outbox write side: records
@@ -18,7 +19,7 @@ import (
 type Tx struct {
 	s    *Store
 	mu   sync.Mutex
-	recs []core.OutboxRecord
+	recs []stores.OutboxRecord
 	done bool
 }
 
@@ -62,24 +63,26 @@ func (tx *Tx) Rollback() error {
 // (stores.Outbox[*memory.Tx]). The zero value is ready to use.
 type Outbox struct{}
 
+var _ stores.Outbox[*Tx] = Outbox{}
+
 // Outbox returns the write side.
 func (s *Store) Outbox() Outbox { return Outbox{} }
 
 // Add implements stores.Outbox: rec is added to tx and appears on commit.
-func (Outbox) Add(ctx context.Context, tx *Tx, rec core.OutboxRecord) (int64, error) {
+func (Outbox) Add(ctx context.Context, tx *Tx, rec stores.OutboxRecord) (int64, error) {
 	if tx == nil {
 		return 0, fmt.Errorf("outbox add: nil transaction")
 	}
-	if err := core.CheckRecord(rec); err != nil {
+	if err := backend.CheckRecord(rec); err != nil {
 		return 0, err
 	}
 	// Properties round-trip through JSON, as the SQL backends store them, so
 	// that a relay sees the same values from every backend.
-	b, err := core.EncodeProperties(rec.Properties)
+	b, err := backend.EncodeProperties(rec.Properties)
 	if err != nil {
 		return 0, err
 	}
-	props, err := core.DecodeProperties(b)
+	props, err := backend.DecodeProperties(b)
 	if err != nil {
 		return 0, err
 	}
@@ -97,7 +100,7 @@ func (Outbox) Add(ctx context.Context, tx *Tx, rec core.OutboxRecord) (int64, er
 	if tx.done {
 		return 0, ErrTxDone
 	}
-	tx.recs = append(tx.recs, core.OutboxRecord{
+	tx.recs = append(tx.recs, stores.OutboxRecord{
 		ID:          id,
 		Exchange:    rec.Exchange,
 		RoutingKey:  rec.RoutingKey,
@@ -109,28 +112,28 @@ func (Outbox) Add(ctx context.Context, tx *Tx, rec core.OutboxRecord) (int64, er
 	return id, nil
 }
 
-func (s *Store) sorted(keep func(*core.OutboxRecord) bool) []*core.OutboxRecord {
-	var rs []*core.OutboxRecord
+func (s *Store) sorted(keep func(*stores.OutboxRecord) bool) []*stores.OutboxRecord {
+	var rs []*stores.OutboxRecord
 	for _, r := range s.outbox {
 		if keep(r) {
 			rs = append(rs, r)
 		}
 	}
-	slices.SortFunc(rs, func(a, b *core.OutboxRecord) int { return cmp.Compare(a.ID, b.ID) })
+	slices.SortFunc(rs, func(a, b *stores.OutboxRecord) int { return cmp.Compare(a.ID, b.ID) })
 	return rs
 }
 
-func clone(r *core.OutboxRecord) core.OutboxRecord {
+func clone(r *stores.OutboxRecord) stores.OutboxRecord {
 	c := *r
 	c.Body = append([]byte{}, r.Body...)
 	return c
 }
 
-func pending(r *core.OutboxRecord) bool { return r.PublishedAt.IsZero() && r.StuckAt.IsZero() }
+func pending(r *stores.OutboxRecord) bool { return r.PublishedAt.IsZero() && r.StuckAt.IsZero() }
 
 // ClaimBatch implements stores.OutboxRelay.
-func (s *Store) ClaimBatch(ctx context.Context, owner string, n int, lease time.Duration) ([]core.OutboxRecord, error) {
-	if err := core.CheckClaim(owner, n, lease); err != nil {
+func (s *Store) ClaimBatch(ctx context.Context, owner string, n int, lease time.Duration) ([]stores.OutboxRecord, error) {
+	if err := backend.CheckClaim(owner, n, lease); err != nil {
 		return nil, err
 	}
 	if err := s.lock(ctx); err != nil {
@@ -138,11 +141,11 @@ func (s *Store) ClaimBatch(ctx context.Context, owner string, n int, lease time.
 	}
 	defer s.mu.Unlock()
 	now := s.opts.Now()
-	rs := s.sorted(func(r *core.OutboxRecord) bool { return pending(r) && !r.LeaseUntil.After(now) })
+	rs := s.sorted(func(r *stores.OutboxRecord) bool { return pending(r) && !r.LeaseUntil.After(now) })
 	if len(rs) > n {
 		rs = rs[:n]
 	}
-	out := make([]core.OutboxRecord, len(rs))
+	out := make([]stores.OutboxRecord, len(rs))
 	for i, r := range rs {
 		r.LeaseOwner, r.LeaseUntil = owner, now.Add(lease)
 		out[i] = clone(r)
@@ -169,7 +172,7 @@ func (s *Store) MarkPublished(ctx context.Context, ids []int64, owner string) er
 		}
 	}
 	if lost != nil {
-		return &core.LeaseLostError{Owner: owner, IDs: lost}
+		return &stores.LeaseLostError{Owner: owner, IDs: lost}
 	}
 	return nil
 }
@@ -182,7 +185,7 @@ func (s *Store) MarkFailed(ctx context.Context, id int64, owner, reason string) 
 	defer s.mu.Unlock()
 	r, ok := s.outbox[id]
 	if !ok || r.LeaseOwner != owner || !pending(r) {
-		return false, &core.LeaseLostError{Owner: owner, IDs: []int64{id}}
+		return false, &stores.LeaseLostError{Owner: owner, IDs: []int64{id}}
 	}
 	now := s.opts.Now()
 	r.Attempts++
@@ -196,16 +199,16 @@ func (s *Store) MarkFailed(ctx context.Context, id int64, owner, reason string) 
 }
 
 // ListPending implements stores.OutboxRelay.
-func (s *Store) ListPending(ctx context.Context, limit int) ([]core.OutboxRecord, error) {
+func (s *Store) ListPending(ctx context.Context, limit int) ([]stores.OutboxRecord, error) {
 	return s.list(ctx, limit, pending)
 }
 
 // ListStuck implements stores.OutboxRelay.
-func (s *Store) ListStuck(ctx context.Context, limit int) ([]core.OutboxRecord, error) {
-	return s.list(ctx, limit, func(r *core.OutboxRecord) bool { return r.Stuck() && r.PublishedAt.IsZero() })
+func (s *Store) ListStuck(ctx context.Context, limit int) ([]stores.OutboxRecord, error) {
+	return s.list(ctx, limit, func(r *stores.OutboxRecord) bool { return r.Stuck() && r.PublishedAt.IsZero() })
 }
 
-func (s *Store) list(ctx context.Context, limit int, keep func(*core.OutboxRecord) bool) ([]core.OutboxRecord, error) {
+func (s *Store) list(ctx context.Context, limit int, keep func(*stores.OutboxRecord) bool) ([]stores.OutboxRecord, error) {
 	if err := s.lock(ctx); err != nil {
 		return nil, err
 	}
@@ -214,7 +217,7 @@ func (s *Store) list(ctx context.Context, limit int, keep func(*core.OutboxRecor
 	if limit > 0 && len(rs) > limit {
 		rs = rs[:limit]
 	}
-	out := make([]core.OutboxRecord, len(rs))
+	out := make([]stores.OutboxRecord, len(rs))
 	for i, r := range rs {
 		out[i] = clone(r)
 	}

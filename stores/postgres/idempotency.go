@@ -5,15 +5,17 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/acemq/acemq-flow/stores/internal/core"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/acemq/acemq-flow/stores"
+	"github.com/acemq/acemq-flow/stores/internal/backend"
 )
 
 // TryClaim implements stores.Idempotency.
-func (s *Store) TryClaim(ctx context.Context, r core.ClaimRequest) (core.Claim, error) {
-	out, err := s.TryClaimBatch(ctx, []core.ClaimRequest{r})
+func (s *Store) TryClaim(ctx context.Context, r stores.ClaimRequest) (stores.Claim, error) {
+	out, err := s.TryClaimBatch(ctx, []stores.ClaimRequest{r})
 	if err != nil {
-		return core.Claim{}, err
+		return stores.Claim{}, err
 	}
 	return out[0], nil
 }
@@ -63,7 +65,7 @@ var maxClaimRounds = 5
 
 // TryClaimBatch implements stores.Idempotency: one statement for the whole
 // batch, plus a look-up only for keys a concurrent commit hid from it.
-func (s *Store) TryClaimBatch(ctx context.Context, reqs []core.ClaimRequest) ([]core.Claim, error) {
+func (s *Store) TryClaimBatch(ctx context.Context, reqs []stores.ClaimRequest) ([]stores.Claim, error) {
 	if len(reqs) == 0 {
 		return nil, nil
 	}
@@ -71,13 +73,13 @@ func (s *Store) TryClaimBatch(ctx context.Context, reqs []core.ClaimRequest) ([]
 	if err != nil {
 		return nil, err
 	}
-	firsts, firstOf := core.Dedupe(reqs)
-	out := make([]core.Claim, len(reqs))
+	firsts, firstOf := backend.Dedupe(reqs)
+	out := make([]stores.Claim, len(reqs))
 	todo := firsts
 	for round := 0; len(todo) > 0; round++ {
 		if round == maxClaimRounds {
 			for _, i := range todo {
-				out[i] = core.Claim{State: core.InProgress}
+				out[i] = stores.Claim{State: stores.InProgress}
 			}
 			break
 		}
@@ -87,7 +89,7 @@ func (s *Store) TryClaimBatch(ctx context.Context, reqs []core.ClaimRequest) ([]
 			return nil, s.releaseGranted(ctx, reqs, out, err)
 		}
 	}
-	core.Spread(out, firstOf)
+	backend.Spread(out, firstOf)
 	return out, nil
 }
 
@@ -96,11 +98,11 @@ func (s *Store) TryClaimBatch(ctx context.Context, reqs []core.ClaimRequest) ([]
 // caller, told only of the failure, holds no token to release them with.
 // Left, they would answer IN_PROGRESS to their own messages' retries until
 // their lease ended. It returns err, saying so if the release failed too.
-func (s *Store) releaseGranted(ctx context.Context, reqs []core.ClaimRequest, out []core.Claim, err error) error {
+func (s *Store) releaseGranted(ctx context.Context, reqs []stores.ClaimRequest, out []stores.Claim, err error) error {
 	var keys []string
 	var tokens []int64
 	for i, c := range out {
-		if c.State == core.Claimed {
+		if c.State == stores.Claimed {
 			keys, tokens = append(keys, reqs[i].Key), append(tokens, int64(c.Token))
 		}
 	}
@@ -123,7 +125,7 @@ const releaseTimeout = 5 * time.Second
 
 // claimRound claims reqs[idx...] and fills out; it returns the indexes still
 // undecided.
-func (s *Store) claimRound(ctx context.Context, reqs []core.ClaimRequest, leases []time.Duration, idx []int, out []core.Claim) ([]int, error) {
+func (s *Store) claimRound(ctx context.Context, reqs []stores.ClaimRequest, leases []time.Duration, idx []int, out []stores.Claim) ([]int, error) {
 	now := s.opts.Now()
 	keys := make([]string, len(idx))
 	owners := make([]string, len(idx))
@@ -151,7 +153,7 @@ func (s *Store) claimRound(ctx context.Context, reqs []core.ClaimRequest, leases
 		i := byKey[key]
 		switch {
 		case tok != nil:
-			out[i] = core.Claim{State: core.Claimed, Token: core.Token(*tok), Owner: reqs[i].Owner, ExpiresAt: now.Add(leases[i])}
+			out[i] = stores.Claim{State: stores.Claimed, Token: stores.Token(*tok), Owner: reqs[i].Owner, ExpiresAt: now.Add(leases[i])}
 		case state != nil:
 			out[i] = answer(*state, *owner, *exp)
 		default:
@@ -197,15 +199,15 @@ func (s *Store) claimRound(ctx context.Context, reqs []core.ClaimRequest, leases
 // answer is what a claimant that could not claim is told about the row it
 // found. A row that is there and was not taken over is live: confirmed, or
 // held by someone else.
-func answer(state, owner string, exp time.Time) core.Claim {
-	c := core.Claim{State: core.InProgress, Owner: owner, ExpiresAt: exp}
+func answer(state, owner string, exp time.Time) stores.Claim {
+	c := stores.Claim{State: stores.InProgress, Owner: owner, ExpiresAt: exp}
 	if state == "confirmed" {
-		c.State = core.AlreadyConfirmed
+		c.State = stores.AlreadyConfirmed
 	}
 	return c
 }
 
-func claimWhat(reqs []core.ClaimRequest, idx []int) string {
+func claimWhat(reqs []stores.ClaimRequest, idx []int) string {
 	if len(idx) == 1 {
 		return fmt.Sprintf("claim idempotency key %q", reqs[idx[0]].Key)
 	}
@@ -213,8 +215,8 @@ func claimWhat(reqs []core.ClaimRequest, idx []int) string {
 }
 
 // Confirm implements stores.Idempotency.
-func (s *Store) Confirm(ctx context.Context, key string, token core.Token) error {
-	refused, err := s.ConfirmBatch(ctx, []core.Held{{Key: key, Token: token}})
+func (s *Store) Confirm(ctx context.Context, key string, token stores.Token) error {
+	refused, err := s.ConfirmBatch(ctx, []stores.Held{{Key: key, Token: token}})
 	if err != nil {
 		return err
 	}
@@ -252,7 +254,7 @@ RETURNING i.key, i.token`
 
 // ConfirmBatch implements stores.Idempotency: one statement, plus a look-up
 // only to explain refusals.
-func (s *Store) ConfirmBatch(ctx context.Context, held []core.Held) ([]error, error) {
+func (s *Store) ConfirmBatch(ctx context.Context, held []stores.Held) ([]error, error) {
 	if len(held) == 0 {
 		return nil, nil
 	}
@@ -270,11 +272,11 @@ func (s *Store) ConfirmBatch(ctx context.Context, held []core.Held) ([]error, er
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	done, err := pgx.CollectRows(rows, pgx.RowToStructByPos[core.Held])
+	done, err := pgx.CollectRows(rows, pgx.RowToStructByPos[stores.Held])
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	ok := make(map[core.Held]bool, len(done))
+	ok := make(map[stores.Held]bool, len(done))
 	for _, h := range done {
 		ok[h] = true
 	}
@@ -306,18 +308,18 @@ func (s *Store) ConfirmBatch(ctx context.Context, held []core.Held) ([]error, er
 }
 
 type row struct {
-	token     core.Token
+	token     stores.Token
 	confirmed bool
 }
 
 type rowsByKey map[string]row
 
-func (m rowsByKey) stale(h core.Held) error {
+func (m rowsByKey) stale(h stores.Held) error {
 	r, ok := m[h.Key]
 	if !ok {
-		return core.Stale(h.Key, h.Token, 0, false)
+		return backend.Stale(h.Key, h.Token, 0, false)
 	}
-	return core.Stale(h.Key, h.Token, r.token, r.confirmed)
+	return backend.Stale(h.Key, h.Token, r.token, r.confirmed)
 }
 
 func (s *Store) current(ctx context.Context, keys []string) (rowsByKey, error) {
@@ -339,7 +341,7 @@ func (s *Store) current(ctx context.Context, keys []string) (rowsByKey, error) {
 }
 
 // Release implements stores.Idempotency.
-func (s *Store) Release(ctx context.Context, key string, token core.Token) error {
+func (s *Store) Release(ctx context.Context, key string, token stores.Token) error {
 	tag, err := s.pool.Exec(ctx, `DELETE FROM acemq_idempotency WHERE key = $1 AND token = $2 AND state = 'claimed'`, key, int64(token))
 	if err != nil {
 		return fmt.Errorf("release idempotency key %q: %w", key, err)
@@ -351,7 +353,7 @@ func (s *Store) Release(ctx context.Context, key string, token core.Token) error
 	if err != nil {
 		return fmt.Errorf("release idempotency key %q: %w", key, err)
 	}
-	return cur.stale(core.Held{Key: key, Token: token})
+	return cur.stale(stores.Held{Key: key, Token: token})
 }
 
 // purgeExpiredSQL deletes at most $2 rows expired at $1. It takes each
@@ -367,11 +369,11 @@ DELETE FROM acemq_idempotency WHERE ctid = ANY(ARRAY(
     SELECT ctid FROM acemq_idempotency WHERE expires_at <= $1
     LIMIT $2 FOR UPDATE SKIP LOCKED))`
 
-// PurgeExpired implements stores.Idempotency, in batches of core.PurgeBatch
+// PurgeExpired implements stores.Idempotency, in batches of backend.PurgeBatch
 // rows (so that a large purge holds its locks and its transaction briefly,
 // batch after batch) that never wait for a claim or a confirm.
 func (s *Store) PurgeExpired(ctx context.Context) (int64, error) {
-	return core.PurgeInBatches(func(limit int, purged int64) (int64, error) {
+	return backend.PurgeInBatches(func(limit int, purged int64) (int64, error) {
 		tag, err := s.pool.Exec(ctx, purgeExpiredSQL, s.opts.Now(), limit)
 		if err != nil {
 			return 0, fmt.Errorf("purge expired idempotency rows (%d purged before the failure): %w", purged, err)

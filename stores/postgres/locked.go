@@ -13,7 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/acemq/acemq-flow/stores/internal/core"
+	"github.com/acemq/acemq-flow/stores"
+	"github.com/acemq/acemq-flow/stores/internal/backend"
 )
 
 // idleInTransactionTimeout is PostgreSQL's error code for a session it ended
@@ -24,8 +25,8 @@ const idleInTransactionTimeout = "25P03"
 // its own idle time by lease and selects the batch in one round trip, on a
 // connection the batch keeps until Finish or Abort, from the store's pool
 // for held batches (at most heldConns).
-func (s *Store) ClaimLocked(ctx context.Context, owner string, n int, lease time.Duration) (core.LockedBatch, error) {
-	if err := core.CheckClaim(owner, n, lease); err != nil {
+func (s *Store) ClaimLocked(ctx context.Context, owner string, n int, lease time.Duration) (stores.LockedBatch, error) {
+	if err := backend.CheckClaim(owner, n, lease); err != nil {
 		return nil, err
 	}
 	conn, err := s.held.Acquire(ctx)
@@ -151,13 +152,13 @@ type lockedBatch struct {
 	conn  *pgxpool.Conn // nil once closed
 	owner string
 	lease time.Duration
-	recs  []core.OutboxRecord
+	recs  []stores.OutboxRecord
 }
 
-func (b *lockedBatch) Records() []core.OutboxRecord { return b.recs }
+func (b *lockedBatch) Records() []stores.OutboxRecord { return b.recs }
 
 // Finish writes the outcomes and commits in one round trip.
-func (b *lockedBatch) Finish(ctx context.Context, published []int64, failed []core.FailedRecord) ([]int64, error) {
+func (b *lockedBatch) Finish(ctx context.Context, published []int64, failed []stores.FailedRecord) ([]int64, error) {
 	if b.conn == nil {
 		return nil, nil
 	}
@@ -211,7 +212,7 @@ RETURNING o.id, o.stuck_at IS NOT NULL`, failedIDs, b.s.opts.OutboxMaxAttempts, 
 	if err != nil {
 		var pe *pgconn.PgError
 		if errors.As(err, &pe) && pe.Code == idleInTransactionTimeout {
-			return nil, &core.LeaseLostError{Owner: b.owner, IDs: b.ids()}
+			return nil, &stores.LeaseLostError{Owner: b.owner, IDs: b.ids()}
 		}
 		return nil, fmt.Errorf("outbox relay %q: finish a batch of %d rows (unless the commit reached the database before the failure, they are pending again): %w", b.owner, len(b.recs), err)
 	}

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/acemq/acemq-flow/stores/internal/core"
+	"github.com/acemq/acemq-flow/stores"
 )
 
 // The relay claims from two loops at once: a claim that started after the
@@ -14,7 +14,7 @@ import (
 func TestAClaimAfterTheHeldBatchesLeavesWhatAHeadReadFound(t *testing.T) {
 	var h heldIDs
 	now := time.Now()
-	held := &lockedBatch{recs: []core.OutboxRecord{{ID: 1000}}}
+	held := &lockedBatch{recs: []stores.OutboxRecord{{ID: 1000}}}
 	h.record(held, 1000, false, false)
 
 	x, top := h.after(now) // the interval has passed: from the head
@@ -25,9 +25,9 @@ func TestAClaimAfterTheHeldBatchesLeavesWhatAHeadReadFound(t *testing.T) {
 	if y != 1000 {
 		t.Fatalf("concurrent claim: after = %d, want 1000", y)
 	}
-	fromHead := &lockedBatch{recs: []core.OutboxRecord{{ID: 1}, {ID: 2}}}
+	fromHead := &lockedBatch{recs: []stores.OutboxRecord{{ID: 1}, {ID: 2}}}
 	h.record(fromHead, 2, x == 0, true) // filled its batch behind the held one
-	ahead := &lockedBatch{recs: []core.OutboxRecord{{ID: 1001}}}
+	ahead := &lockedBatch{recs: []stores.OutboxRecord{{ID: 1001}}}
 	h.record(ahead, 1001, y == 0, false) // ends last
 
 	if next, _ := h.after(now); next != 0 {

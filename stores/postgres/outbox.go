@@ -8,13 +8,17 @@ import (
 	"slices"
 	"time"
 
-	"github.com/acemq/acemq-flow/stores/internal/core"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/acemq/acemq-flow/stores"
+	"github.com/acemq/acemq-flow/stores/internal/backend"
 )
 
 // Outbox is the PostgreSQL outbox write side (stores.Outbox[pgx.Tx]). The
 // zero value is ready to use; it needs no connection of its own.
 type Outbox struct{}
+
+var _ stores.Outbox[pgx.Tx] = Outbox{}
 
 // Outbox returns the write side.
 func (s *Store) Outbox() Outbox { return Outbox{} }
@@ -22,14 +26,14 @@ func (s *Store) Outbox() Outbox { return Outbox{} }
 // Add implements stores.Outbox: it inserts rec in tx, the caller's
 // transaction (begun on any pool or connection whose search_path reaches the
 // store's tables). The record is published only if tx commits.
-func (Outbox) Add(ctx context.Context, tx pgx.Tx, rec core.OutboxRecord) (int64, error) {
+func (Outbox) Add(ctx context.Context, tx pgx.Tx, rec stores.OutboxRecord) (int64, error) {
 	if tx == nil {
 		return 0, errors.New("outbox add: nil transaction")
 	}
-	if err := core.CheckRecord(rec); err != nil {
+	if err := backend.CheckRecord(rec); err != nil {
 		return 0, err
 	}
-	props, err := core.EncodeProperties(rec.Properties)
+	props, err := backend.EncodeProperties(rec.Properties)
 	if err != nil {
 		return 0, err
 	}
@@ -50,8 +54,8 @@ VALUES ($1, $2, $3, $4, $5::jsonb) RETURNING id`, rec.Exchange, rec.RoutingKey, 
 const recordCols = `o.id, o.exchange, o.routing_key, o.body, o.content_type, o.properties::text, o.created_at,
     o.attempts, o.last_error, o.lease_owner, o.lease_until, o.published_at, o.stuck_at`
 
-func scanRecord(row pgx.CollectableRow) (core.OutboxRecord, error) {
-	var r core.OutboxRecord
+func scanRecord(row pgx.CollectableRow) (stores.OutboxRecord, error) {
+	var r stores.OutboxRecord
 	var props string
 	var attempts int32
 	var lastErr, owner *string
@@ -63,7 +67,7 @@ func scanRecord(row pgx.CollectableRow) (core.OutboxRecord, error) {
 	if r.Body == nil {
 		r.Body = []byte{}
 	}
-	p, err := core.DecodeProperties([]byte(props))
+	p, err := backend.DecodeProperties([]byte(props))
 	if err != nil {
 		// One unreadable row must not fail the batch claimed with it.
 		r.Invalid = fmt.Errorf("outbox row %d: %w", r.ID, err)
@@ -103,8 +107,8 @@ const idOrder = `SELECT set_config('enable_seqscan', 'off', true), set_config('e
 
 // collectInIDOrder runs sql, which returns recordCols, after idOrder in one
 // round trip, and returns its rows sorted by id.
-func (s *Store) collectInIDOrder(ctx context.Context, sql string, args ...any) ([]core.OutboxRecord, error) {
-	var out []core.OutboxRecord
+func (s *Store) collectInIDOrder(ctx context.Context, sql string, args ...any) ([]stores.OutboxRecord, error) {
+	var out []stores.OutboxRecord
 	q := &pgx.Batch{}
 	q.Queue(idOrder)
 	q.Queue(sql, args...).Query(func(rows pgx.Rows) error {
@@ -115,7 +119,7 @@ func (s *Store) collectInIDOrder(ctx context.Context, sql string, args ...any) (
 	if err := s.pool.SendBatch(ctx, q).Close(); err != nil {
 		return nil, err
 	}
-	slices.SortFunc(out, func(a, b core.OutboxRecord) int { return cmp.Compare(a.ID, b.ID) })
+	slices.SortFunc(out, func(a, b stores.OutboxRecord) int { return cmp.Compare(a.ID, b.ID) })
 	return out, nil
 }
 
@@ -123,8 +127,8 @@ func (s *Store) collectInIDOrder(ctx context.Context, sql string, args ...any) (
 // row another relay is leasing right now is skipped, not waited for, and a
 // row whose lease a concurrent relay just committed fails the lease test
 // when PostgreSQL re-checks it.
-func (s *Store) ClaimBatch(ctx context.Context, owner string, n int, lease time.Duration) ([]core.OutboxRecord, error) {
-	if err := core.CheckClaim(owner, n, lease); err != nil {
+func (s *Store) ClaimBatch(ctx context.Context, owner string, n int, lease time.Duration) ([]stores.OutboxRecord, error) {
+	if err := backend.CheckClaim(owner, n, lease); err != nil {
 		return nil, err
 	}
 	now := s.opts.Now()
@@ -185,7 +189,7 @@ WHERE x.id NOT IN (SELECT id FROM m)
 		return fmt.Errorf("outbox relay %q: mark published: %w", owner, err)
 	}
 	if len(lost) > 0 {
-		return &core.LeaseLostError{Owner: owner, IDs: lost}
+		return &stores.LeaseLostError{Owner: owner, IDs: lost}
 	}
 	return nil
 }
@@ -199,7 +203,7 @@ UPDATE acemq_outbox AS o SET last_error = $1,`+failedSet+`
 WHERE id = $5 AND lease_owner = $6 AND published_at IS NULL AND stuck_at IS NULL
 RETURNING stuck_at IS NOT NULL`, reason, s.opts.OutboxMaxAttempts, now.Add(s.opts.OutboxRetryDelay), now, id, owner).Scan(&stuck)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return false, &core.LeaseLostError{Owner: owner, IDs: []int64{id}}
+		return false, &stores.LeaseLostError{Owner: owner, IDs: []int64{id}}
 	}
 	if err != nil {
 		return false, fmt.Errorf("outbox relay %q: mark row %d failed: %w", owner, id, err)
@@ -208,7 +212,7 @@ RETURNING stuck_at IS NOT NULL`, reason, s.opts.OutboxMaxAttempts, now.Add(s.opt
 }
 
 // ListPending implements stores.OutboxRelay.
-func (s *Store) ListPending(ctx context.Context, limit int) ([]core.OutboxRecord, error) {
+func (s *Store) ListPending(ctx context.Context, limit int) ([]stores.OutboxRecord, error) {
 	out, err := s.collectInIDOrder(ctx, listPendingSQL, sqlLimit(limit))
 	if err != nil {
 		return nil, fmt.Errorf("list pending outbox rows: %w", err)
@@ -217,7 +221,7 @@ func (s *Store) ListPending(ctx context.Context, limit int) ([]core.OutboxRecord
 }
 
 // ListStuck implements stores.OutboxRelay.
-func (s *Store) ListStuck(ctx context.Context, limit int) ([]core.OutboxRecord, error) {
+func (s *Store) ListStuck(ctx context.Context, limit int) ([]stores.OutboxRecord, error) {
 	out, err := s.collectInIDOrder(ctx, listStuckSQL, sqlLimit(limit))
 	if err != nil {
 		return nil, fmt.Errorf("list stuck outbox rows: %w", err)
@@ -245,7 +249,7 @@ func sqlLimit(limit int) *int64 {
 // PurgePublished implements stores.OutboxRelay.
 //
 // No index covers published_at (one would cost every published row an
-// index entry): the purge walks the table in id order instead, core.PurgeBatch
+// index entry): the purge walks the table in id order instead, backend.PurgeBatch
 // rows a statement, and stops at the first row written at or after before,
 // as no row written later can have been published before it. So a purge
 // reads the rows old enough to go, and the few after them, not the whole
@@ -253,7 +257,7 @@ func sqlLimit(limit int) *int64 {
 // transaction, or one written by a database whose clock runs ahead of the
 // relay's, may wait for a later purge.)
 func (s *Store) PurgePublished(ctx context.Context, before time.Time) (int64, error) {
-	return core.PurgeWalk(func(after int64, limit int, purged int64) (n, last int64, done bool, err error) {
+	return backend.PurgeWalk(func(after int64, limit int, purged int64) (n, last int64, done bool, err error) {
 		q := &pgx.Batch{}
 		q.Queue(idOrder)
 		q.Queue(purgePublishedSQL, after, before, limit).QueryRow(func(r pgx.Row) error { return r.Scan(&n, &last, &done) })

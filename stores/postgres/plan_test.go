@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/acemq/acemq-flow/stores/internal/core"
+	"github.com/acemq/acemq-flow/stores"
 	"github.com/acemq/acemq-flow/test/testenv"
 )
 
@@ -29,9 +29,9 @@ func TestClaimAndConfirmReadOnlyTheirKeys(t *testing.T) {
 	var keys []string
 	var tokens []int64
 	for r := range rows / batch {
-		reqs := make([]core.ClaimRequest, batch)
+		reqs := make([]stores.ClaimRequest, batch)
 		for i := range reqs {
-			reqs[i] = core.ClaimRequest{Key: fmt.Sprintf("k-%d-%d", r, i)}
+			reqs[i] = stores.ClaimRequest{Key: fmt.Sprintf("k-%d-%d", r, i)}
 		}
 		out, err := s.TryClaimBatch(ctx, reqs)
 		if err != nil {
@@ -190,7 +190,7 @@ func explainInIDOrder(t *testing.T, s *Store, sql string, args ...any) string {
 // openMigrated opens a store on a schema of the test's own, with its tables.
 func openMigrated(t *testing.T) *Store {
 	t.Helper()
-	s, err := Open(t.Context(), testenv.PostgresSchema(t), core.Options{})
+	s, err := Open(t.Context(), testenv.PostgresSchema(t), stores.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,7 +24,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/acemq/acemq-flow/stores/internal/core"
+	"github.com/acemq/acemq-flow/stores"
+	"github.com/acemq/acemq-flow/stores/internal/backend"
 )
 
 //go:embed migrations/*.sql
@@ -32,8 +33,8 @@ var migrationFS embed.FS
 
 // Migrations returns the embedded SQL files that create the PostgreSQL
 // tables, in the order Migrate applies them.
-func Migrations() ([]core.Migration, error) {
-	return core.LoadMigrations(migrationFS, "migrations")
+func Migrations() ([]stores.Migration, error) {
+	return backend.LoadMigrations(migrationFS, "migrations")
 }
 
 // Store is the PostgreSQL idempotency store and outbox relay side. It is safe
@@ -48,9 +49,14 @@ type Store struct {
 	// open: the highest id of each, and when a claim last read the pending
 	// index from its head.
 	heldIDs heldIDs
-	opts    core.Options
+	opts    stores.Options
 	once    sync.Once
 }
+
+var (
+	_ stores.Set          = (*Store)(nil)
+	_ stores.OutboxLocker = (*Store)(nil)
+)
 
 // heldConns bounds the connections of batches held open by ClaimLocked (a
 // relay holds at most six at once).
@@ -60,7 +66,7 @@ const heldConns = 7
 // key=value string) and pings it. It does not create tables: call Migrate,
 // or apply the files Migrations returns. Options.LockTimeout, when set,
 // becomes the session's lock_timeout. Errors never contain the password.
-func Open(ctx context.Context, connURL string, opts core.Options) (*Store, error) {
+func Open(ctx context.Context, connURL string, opts stores.Options) (*Store, error) {
 	o, err := opts.WithDefaults()
 	if err != nil {
 		return nil, err
@@ -94,7 +100,7 @@ func Open(ctx context.Context, connURL string, opts core.Options) (*Store, error
 }
 
 // Redact returns connURL with its password replaced, for logs and errors.
-func Redact(connURL string) string { return core.Redact(connURL) }
+func Redact(connURL string) string { return stores.Redact(connURL) }
 
 // Pool returns the store's pool. A caller may begin its outbox transactions
 // on it, and must not close it.
@@ -171,13 +177,13 @@ func (s *Store) CheckSchema(ctx context.Context) error {
 		return fmt.Errorf("check postgres store schema: %w", err)
 	}
 	if have == -1 {
-		return &core.SchemaError{Backend: "postgres", Have: -1, Want: want}
+		return &stores.SchemaError{Backend: "postgres", Have: -1, Want: want}
 	}
 	if err := s.pool.QueryRow(ctx, `SELECT coalesce(max(version), -1) FROM acemq_migrations`).Scan(&have); err != nil {
 		return fmt.Errorf("check postgres store schema: %w", err)
 	}
 	if int(have) < want {
-		return &core.SchemaError{Backend: "postgres", Have: int(have), Want: want}
+		return &stores.SchemaError{Backend: "postgres", Have: int(have), Want: want}
 	}
 	return nil
 }

@@ -8,7 +8,7 @@ import (
 
 	"github.com/acemq/acemq-flow/stores/internal/purgecheck"
 
-	"github.com/acemq/acemq-flow/stores/internal/core"
+	"github.com/acemq/acemq-flow/stores"
 	"github.com/acemq/acemq-flow/test/testenv"
 )
 
@@ -52,7 +52,7 @@ VALUES ($1, 'claimed', nextval('acemq_idempotency_token'), $2, $2)`, key, exp); 
 	waitBlockedOrDone(t, s, purged, "DELETE FROM acemq_idempotency%")
 	claimed := make(chan error, 1)
 	go func() {
-		_, err := s.TryClaimBatch(ctx, []core.ClaimRequest{{Key: "a", Owner: "x", Lease: time.Minute}, {Key: "b", Owner: "x", Lease: time.Minute}})
+		_, err := s.TryClaimBatch(ctx, []stores.ClaimRequest{{Key: "a", Owner: "x", Lease: time.Minute}, {Key: "b", Owner: "x", Lease: time.Minute}})
 		claimed <- err
 	}()
 	waitBlockedOrDone(t, s, claimed, "%INSERT INTO acemq_idempotency%")

@@ -5,8 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/acemq/acemq-flow/stores/internal/core"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/acemq/acemq-flow/stores"
 )
 
 // TestFailedClaimBatchReleasesWhatItClaimed fails a claim batch after its
@@ -23,7 +24,7 @@ func TestFailedClaimBatchReleasesWhatItClaimed(t *testing.T) {
 	defer cancel()
 	claimed := make(chan error, 1)
 	ltx := hideBehindLock(t, s, claimed, func() {
-		_, err := s.TryClaimBatch(claimCtx, []core.ClaimRequest{{Key: "a", Owner: "me", Lease: time.Hour}, {Key: "b", Owner: "me", Lease: time.Hour}})
+		_, err := s.TryClaimBatch(claimCtx, []stores.ClaimRequest{{Key: "a", Owner: "me", Lease: time.Hour}, {Key: "b", Owner: "me", Lease: time.Hour}})
 		claimed <- err
 	})
 	<-claimCtx.Done()
@@ -42,11 +43,11 @@ func TestFailedClaimBatchReleasesWhatItClaimed(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("TryClaimBatch did not return within 30s")
 	}
-	c, err := s.TryClaim(ctx, core.ClaimRequest{Key: "a", Owner: "me", Lease: time.Hour})
+	c, err := s.TryClaim(ctx, stores.ClaimRequest{Key: "a", Owner: "me", Lease: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.State != core.Claimed {
+	if c.State != stores.Claimed {
 		t.Fatalf("claiming a after the failed batch: %v, want claimed (the failed batch's claim released)", c.State)
 	}
 }
@@ -65,13 +66,13 @@ func TestAKeyThatKeepsVanishingIsInProgress(t *testing.T) {
 	maxClaimRounds = 1
 	t.Cleanup(func() { maxClaimRounds = old })
 	type result struct {
-		claims []core.Claim
+		claims []stores.Claim
 		err    error
 	}
 	claimed := make(chan result, 1)
 	blocked := make(chan error, 1) // never sent on: the batch waits behind the lock
 	ltx := hideBehindLock(t, s, blocked, func() {
-		c, err := s.TryClaimBatch(ctx, []core.ClaimRequest{{Key: "a", Owner: "me", Lease: time.Hour}, {Key: "b", Owner: "me", Lease: time.Hour}})
+		c, err := s.TryClaimBatch(ctx, []stores.ClaimRequest{{Key: "a", Owner: "me", Lease: time.Hour}, {Key: "b", Owner: "me", Lease: time.Hour}})
 		claimed <- result{c, err}
 	})
 	// b is gone when the look-up runs.
@@ -88,7 +89,7 @@ func TestAKeyThatKeepsVanishingIsInProgress(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("TryClaimBatch did not return within 30s")
 	}
-	if r.err != nil || len(r.claims) != 2 || r.claims[0].State != core.Claimed || r.claims[1].State != core.InProgress {
+	if r.err != nil || len(r.claims) != 2 || r.claims[0].State != stores.Claimed || r.claims[1].State != stores.InProgress {
 		t.Fatalf("TryClaimBatch(a, b) = %+v, %v; want a claimed and b in progress", r.claims, r.err)
 	}
 }

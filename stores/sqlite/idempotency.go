@@ -7,14 +7,15 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/acemq/acemq-flow/stores/internal/core"
+	"github.com/acemq/acemq-flow/stores"
+	"github.com/acemq/acemq-flow/stores/internal/backend"
 )
 
 // TryClaim implements stores.Idempotency.
-func (s *Store) TryClaim(ctx context.Context, r core.ClaimRequest) (core.Claim, error) {
-	out, err := s.TryClaimBatch(ctx, []core.ClaimRequest{r})
+func (s *Store) TryClaim(ctx context.Context, r stores.ClaimRequest) (stores.Claim, error) {
+	out, err := s.TryClaimBatch(ctx, []stores.ClaimRequest{r})
 	if err != nil {
-		return core.Claim{}, err
+		return stores.Claim{}, err
 	}
 	return out[0], nil
 }
@@ -30,7 +31,7 @@ RETURNING token`
 
 // TryClaimBatch implements stores.Idempotency: all claims in one
 // transaction.
-func (s *Store) TryClaimBatch(ctx context.Context, reqs []core.ClaimRequest) ([]core.Claim, error) {
+func (s *Store) TryClaimBatch(ctx context.Context, reqs []stores.ClaimRequest) ([]stores.Claim, error) {
 	if len(reqs) == 0 {
 		return nil, nil
 	}
@@ -38,8 +39,8 @@ func (s *Store) TryClaimBatch(ctx context.Context, reqs []core.ClaimRequest) ([]
 	if err != nil {
 		return nil, err
 	}
-	firsts, firstOf := core.Dedupe(reqs)
-	out := make([]core.Claim, len(reqs))
+	firsts, firstOf := backend.Dedupe(reqs)
+	out := make([]stores.Claim, len(reqs))
 	err = s.inTx(ctx, claimWhat(reqs), func(tx *sql.Tx) error {
 		now := s.opts.Now()
 		var last int64
@@ -50,7 +51,7 @@ func (s *Store) TryClaimBatch(ctx context.Context, reqs []core.ClaimRequest) ([]
 		if err != nil {
 			return err
 		}
-		next := core.Token(last) - core.Token(len(firsts))
+		next := stores.Token(last) - stores.Token(len(firsts))
 		for _, i := range firsts {
 			r := reqs[i]
 			next++
@@ -58,7 +59,7 @@ func (s *Store) TryClaimBatch(ctx context.Context, reqs []core.ClaimRequest) ([]
 			var tok int64
 			err := tx.QueryRowContext(ctx, claimSQL, r.Key, int64(next), r.Owner, now.UnixMilli(), exp.UnixMilli()).Scan(&tok)
 			if err == nil {
-				out[i] = core.Claim{State: core.Claimed, Token: core.Token(tok), Owner: r.Owner, ExpiresAt: time.UnixMilli(exp.UnixMilli())}
+				out[i] = stores.Claim{State: stores.Claimed, Token: stores.Token(tok), Owner: r.Owner, ExpiresAt: time.UnixMilli(exp.UnixMilli())}
 				continue
 			}
 			if !errors.Is(err, sql.ErrNoRows) {
@@ -80,11 +81,11 @@ func (s *Store) TryClaimBatch(ctx context.Context, reqs []core.ClaimRequest) ([]
 	if err != nil {
 		return nil, err
 	}
-	core.Spread(out, firstOf)
+	backend.Spread(out, firstOf)
 	return out, nil
 }
 
-func claimWhat(reqs []core.ClaimRequest) string {
+func claimWhat(reqs []stores.ClaimRequest) string {
 	if len(reqs) == 1 {
 		return "claim"
 	}
@@ -93,40 +94,40 @@ func claimWhat(reqs []core.ClaimRequest) string {
 
 // current reads the row for key as the answer a claimant gets when it could
 // not claim.
-func current(ctx context.Context, tx *sql.Tx, key string) (core.Claim, bool, error) {
+func current(ctx context.Context, tx *sql.Tx, key string) (stores.Claim, bool, error) {
 	var state, owner string
 	var exp int64
 	err := tx.QueryRowContext(ctx, `SELECT state, owner, expires_at FROM acemq_idempotency WHERE key = ?`, key).Scan(&state, &owner, &exp)
 	if errors.Is(err, sql.ErrNoRows) {
-		return core.Claim{}, false, nil
+		return stores.Claim{}, false, nil
 	}
 	if err != nil {
-		return core.Claim{}, false, err
+		return stores.Claim{}, false, err
 	}
-	c := core.Claim{State: core.InProgress, Owner: owner, ExpiresAt: time.UnixMilli(exp)}
+	c := stores.Claim{State: stores.InProgress, Owner: owner, ExpiresAt: time.UnixMilli(exp)}
 	if state == "confirmed" {
-		c.State = core.AlreadyConfirmed
+		c.State = stores.AlreadyConfirmed
 	}
 	return c, true, nil
 }
 
 // stale reads what holds key now, to explain a refusal.
-func stale(ctx context.Context, tx *sql.Tx, key string, presented core.Token) error {
+func stale(ctx context.Context, tx *sql.Tx, key string, presented stores.Token) error {
 	var state string
 	var tok int64
 	err := tx.QueryRowContext(ctx, `SELECT state, token FROM acemq_idempotency WHERE key = ?`, key).Scan(&state, &tok)
 	if errors.Is(err, sql.ErrNoRows) {
-		return core.Stale(key, presented, 0, false)
+		return backend.Stale(key, presented, 0, false)
 	}
 	if err != nil {
 		return fmt.Errorf("idempotency key %q: %w", key, err)
 	}
-	return core.Stale(key, presented, core.Token(tok), state == "confirmed")
+	return backend.Stale(key, presented, stores.Token(tok), state == "confirmed")
 }
 
 // Confirm implements stores.Idempotency.
-func (s *Store) Confirm(ctx context.Context, key string, token core.Token) error {
-	refused, err := s.ConfirmBatch(ctx, []core.Held{{Key: key, Token: token}})
+func (s *Store) Confirm(ctx context.Context, key string, token stores.Token) error {
+	refused, err := s.ConfirmBatch(ctx, []stores.Held{{Key: key, Token: token}})
 	if err != nil {
 		return err
 	}
@@ -135,7 +136,7 @@ func (s *Store) Confirm(ctx context.Context, key string, token core.Token) error
 
 // ConfirmBatch implements stores.Idempotency: all confirms in one
 // transaction.
-func (s *Store) ConfirmBatch(ctx context.Context, held []core.Held) ([]error, error) {
+func (s *Store) ConfirmBatch(ctx context.Context, held []stores.Held) ([]error, error) {
 	if len(held) == 0 {
 		return nil, nil
 	}
@@ -162,7 +163,7 @@ WHERE key = ?3 AND token = ?4`, now.UnixMilli(), now.Add(s.opts.Retention).UnixM
 			}
 			if n == 0 {
 				err := stale(ctx, tx, h.Key, h.Token)
-				if !errors.Is(err, core.ErrStaleClaim) {
+				if !errors.Is(err, stores.ErrStaleClaim) {
 					return err
 				}
 				refused[i] = err
@@ -177,7 +178,7 @@ WHERE key = ?3 AND token = ?4`, now.UnixMilli(), now.Add(s.opts.Retention).UnixM
 }
 
 // Release implements stores.Idempotency.
-func (s *Store) Release(ctx context.Context, key string, token core.Token) error {
+func (s *Store) Release(ctx context.Context, key string, token stores.Token) error {
 	var refused error
 	err := s.inTx(ctx, "release", func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `DELETE FROM acemq_idempotency WHERE key = ? AND token = ? AND state = 'claimed'`, key, int64(token))
@@ -190,7 +191,7 @@ func (s *Store) Release(ctx context.Context, key string, token core.Token) error
 		}
 		if n == 0 {
 			refused = stale(ctx, tx, key, token)
-			if !errors.Is(refused, core.ErrStaleClaim) {
+			if !errors.Is(refused, stores.ErrStaleClaim) {
 				return refused
 			}
 		}
@@ -204,11 +205,11 @@ func (s *Store) Release(ctx context.Context, key string, token core.Token) error
 
 // PurgeExpired implements stores.Idempotency.
 //
-// It deletes core.PurgeBatch rows a statement, so that a large purge holds
+// It deletes backend.PurgeBatch rows a statement, so that a large purge holds
 // the write lock briefly, batch after batch, and other processes' claims do
 // not time out waiting for it.
 func (s *Store) PurgeExpired(ctx context.Context) (int64, error) {
-	return core.PurgeInBatches(func(limit int, purged int64) (int64, error) {
+	return backend.PurgeInBatches(func(limit int, purged int64) (int64, error) {
 		res, err := s.db.ExecContext(ctx, `DELETE FROM acemq_idempotency WHERE key IN (
     SELECT key FROM acemq_idempotency WHERE expires_at <= ?1 LIMIT ?2)`, s.opts.Now().UnixMilli(), limit)
 		if err != nil {

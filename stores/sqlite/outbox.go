@@ -10,12 +10,15 @@ import (
 	"slices"
 	"time"
 
-	"github.com/acemq/acemq-flow/stores/internal/core"
+	"github.com/acemq/acemq-flow/stores"
+	"github.com/acemq/acemq-flow/stores/internal/backend"
 )
 
 // Outbox is the SQLite outbox write side (stores.Outbox[*sql.Tx]). The zero
 // value is ready to use; it needs no connection of its own.
 type Outbox struct{}
+
+var _ stores.Outbox[*sql.Tx] = Outbox{}
 
 // Outbox returns the write side.
 func (s *Store) Outbox() Outbox { return Outbox{} }
@@ -23,14 +26,14 @@ func (s *Store) Outbox() Outbox { return Outbox{} }
 // Add implements stores.Outbox: it inserts rec in tx, which must be a
 // transaction on the store's SQLite file (begun on Store.DB, or on a handle
 // opened with DSN). The record is published only if tx commits.
-func (Outbox) Add(ctx context.Context, tx *sql.Tx, rec core.OutboxRecord) (int64, error) {
+func (Outbox) Add(ctx context.Context, tx *sql.Tx, rec stores.OutboxRecord) (int64, error) {
 	if tx == nil {
 		return 0, errors.New("outbox add: nil transaction")
 	}
-	if err := core.CheckRecord(rec); err != nil {
+	if err := backend.CheckRecord(rec); err != nil {
 		return 0, err
 	}
-	props, err := core.EncodeProperties(rec.Properties)
+	props, err := backend.EncodeProperties(rec.Properties)
 	if err != nil {
 		return 0, err
 	}
@@ -53,8 +56,8 @@ const recordCols = `id, exchange, routing_key, body, content_type, properties, c
 
 type scanner interface{ Scan(...any) error }
 
-func scanRecord(sc scanner) (core.OutboxRecord, error) {
-	var r core.OutboxRecord
+func scanRecord(sc scanner) (stores.OutboxRecord, error) {
+	var r stores.OutboxRecord
 	var props string
 	var created int64
 	var lastErr, owner sql.NullString
@@ -66,7 +69,7 @@ func scanRecord(sc scanner) (core.OutboxRecord, error) {
 	if r.Body == nil {
 		r.Body = []byte{}
 	}
-	p, err := core.DecodeProperties([]byte(props))
+	p, err := backend.DecodeProperties([]byte(props))
 	if err != nil {
 		// One unreadable row must not fail the batch claimed with it.
 		r.Invalid = fmt.Errorf("outbox row %d: %w", r.ID, err)
@@ -85,12 +88,12 @@ func msTime(v sql.NullInt64) time.Time {
 	return time.UnixMilli(v.Int64)
 }
 
-func collect(rows *sql.Rows, err error) ([]core.OutboxRecord, error) {
+func collect(rows *sql.Rows, err error) ([]stores.OutboxRecord, error) {
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []core.OutboxRecord
+	var out []stores.OutboxRecord
 	for rows.Next() {
 		r, err := scanRecord(rows)
 		if err != nil {
@@ -101,7 +104,7 @@ func collect(rows *sql.Rows, err error) ([]core.OutboxRecord, error) {
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	slices.SortFunc(out, func(a, b core.OutboxRecord) int { return cmp.Compare(a.ID, b.ID) })
+	slices.SortFunc(out, func(a, b stores.OutboxRecord) int { return cmp.Compare(a.ID, b.ID) })
 	return out, nil
 }
 
@@ -130,11 +133,11 @@ WHERE stuck_at IS NOT NULL AND published_at IS NULL ORDER BY id LIMIT ?`
 
 // ClaimBatch implements stores.OutboxRelay. SQLite has one writer at a time,
 // so the UPDATE alone keeps two relays off the same rows.
-func (s *Store) ClaimBatch(ctx context.Context, owner string, n int, lease time.Duration) ([]core.OutboxRecord, error) {
-	if err := core.CheckClaim(owner, n, lease); err != nil {
+func (s *Store) ClaimBatch(ctx context.Context, owner string, n int, lease time.Duration) ([]stores.OutboxRecord, error) {
+	if err := backend.CheckClaim(owner, n, lease); err != nil {
 		return nil, err
 	}
-	var out []core.OutboxRecord
+	var out []stores.OutboxRecord
 	err := s.inTx(ctx, fmt.Sprintf("outbox relay %q: claim batch", owner), func(tx *sql.Tx) error {
 		// The clock is read once the write lock is held: a claim that
 		// waited for the lock still gets its whole lease, and does not
@@ -187,7 +190,7 @@ WHERE NOT EXISTS (SELECT 1 FROM acemq_outbox o WHERE o.id = j.value AND o.publis
 		return err
 	}
 	if lost != nil {
-		return &core.LeaseLostError{Owner: owner, IDs: lost}
+		return &stores.LeaseLostError{Owner: owner, IDs: lost}
 	}
 	return nil
 }
@@ -219,13 +222,13 @@ RETURNING stuck_at IS NOT NULL`, reason, s.opts.OutboxMaxAttempts, now.Add(s.opt
 		return false, err
 	}
 	if lost {
-		return false, &core.LeaseLostError{Owner: owner, IDs: []int64{id}}
+		return false, &stores.LeaseLostError{Owner: owner, IDs: []int64{id}}
 	}
 	return stuck, nil
 }
 
 // ListPending implements stores.OutboxRelay.
-func (s *Store) ListPending(ctx context.Context, limit int) ([]core.OutboxRecord, error) {
+func (s *Store) ListPending(ctx context.Context, limit int) ([]stores.OutboxRecord, error) {
 	out, err := collect(s.db.QueryContext(ctx, outboxPendingSQL, sqlLimit(limit)))
 	if err != nil {
 		return nil, fmt.Errorf("list pending outbox rows: %w", err)
@@ -234,7 +237,7 @@ func (s *Store) ListPending(ctx context.Context, limit int) ([]core.OutboxRecord
 }
 
 // ListStuck implements stores.OutboxRelay.
-func (s *Store) ListStuck(ctx context.Context, limit int) ([]core.OutboxRecord, error) {
+func (s *Store) ListStuck(ctx context.Context, limit int) ([]stores.OutboxRecord, error) {
 	out, err := collect(s.db.QueryContext(ctx, outboxStuckSQL, sqlLimit(limit)))
 	if err != nil {
 		return nil, fmt.Errorf("list stuck outbox rows: %w", err)
@@ -252,12 +255,12 @@ func sqlLimit(limit int) int {
 // PurgePublished implements stores.OutboxRelay.
 //
 // As on PostgreSQL, no index covers published_at: the purge walks the table
-// in id order, core.PurgeBatch rows a transaction (so the write lock is held
+// in id order, backend.PurgeBatch rows a transaction (so the write lock is held
 // briefly, batch after batch), and stops at the first row written at or
 // after before, as no row written later can have been published before it.
 func (s *Store) PurgePublished(ctx context.Context, before time.Time) (int64, error) {
 	cut := before.UnixMilli()
-	return core.PurgeWalk(func(after int64, limit int, purged int64) (n, last int64, done bool, err error) {
+	return backend.PurgeWalk(func(after int64, limit int, purged int64) (n, last int64, done bool, err error) {
 		// last stays 0 when the walk read no row: ids after 0 are positive.
 		err = s.inTx(ctx, fmt.Sprintf("purge published outbox rows (%d purged before the failure)", purged), func(tx *sql.Tx) error {
 			var lastID sql.NullInt64

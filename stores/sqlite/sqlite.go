@@ -29,7 +29,8 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/acemq/acemq-flow/stores/internal/core"
+	"github.com/acemq/acemq-flow/stores"
+	"github.com/acemq/acemq-flow/stores/internal/backend"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 )
@@ -39,8 +40,8 @@ var migrationFS embed.FS
 
 // Migrations returns the embedded SQL files that create the SQLite tables,
 // in the order Migrate applies them.
-func Migrations() ([]core.Migration, error) {
-	return core.LoadMigrations(migrationFS, "migrations")
+func Migrations() ([]stores.Migration, error) {
+	return backend.LoadMigrations(migrationFS, "migrations")
 }
 
 // Store is the SQLite idempotency store and outbox relay side. It is safe
@@ -48,10 +49,12 @@ func Migrations() ([]core.Migration, error) {
 type Store struct {
 	db   *sql.DB
 	path string
-	opts core.Options
+	opts stores.Options
 	once sync.Once
 	cerr error
 }
+
+var _ stores.Set = (*Store)(nil)
 
 // DSN returns the database/sql data source name for path with the settings
 // the store relies on (WAL, busy timeout, IMMEDIATE transactions). A program
@@ -66,13 +69,13 @@ func DSN(path string, busyTimeout int64) string {
 // Open opens (creating if needed) the SQLite file at path. It does not create
 // tables: call Migrate, or apply the files Migrations returns. The returned
 // Store must be closed.
-func Open(ctx context.Context, path string, opts core.Options) (*Store, error) {
+func Open(ctx context.Context, path string, opts stores.Options) (*Store, error) {
 	o, err := opts.WithDefaults()
 	if err != nil {
 		return nil, err
 	}
 	if o.LockTimeout == 0 {
-		o.LockTimeout = core.DefaultLockTimeout
+		o.LockTimeout = stores.DefaultLockTimeout
 	}
 	switch {
 	case path == "":
@@ -176,14 +179,14 @@ func (s *Store) CheckSchema(ctx context.Context) error {
 		return fmt.Errorf("check sqlite store schema: %w", err)
 	}
 	if n == 0 {
-		return &core.SchemaError{Backend: "sqlite", Have: -1, Want: want}
+		return &stores.SchemaError{Backend: "sqlite", Have: -1, Want: want}
 	}
 	var have int
 	if err := s.db.QueryRowContext(ctx, `SELECT coalesce(max(version), -1) FROM acemq_migrations`).Scan(&have); err != nil {
 		return fmt.Errorf("check sqlite store schema: %w", err)
 	}
 	if have < want {
-		return &core.SchemaError{Backend: "sqlite", Have: have, Want: want}
+		return &stores.SchemaError{Backend: "sqlite", Have: have, Want: want}
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/acemq/acemq-flow/stores"
+	"github.com/acemq/acemq-flow/stores/storeurl"
 )
 
 func asSchema(err error, target **stores.SchemaError) bool { return errors.As(err, target) }
@@ -304,7 +305,7 @@ func leaseLongerThanRetention(t *testing.T, open Opener, _ Features) {
 	if err != nil || c.State != stores.Claimed {
 		t.Fatalf("TryClaim with a 10s lease = %v, %v; want claimed", c.State, err)
 	}
-	if _, err := stores.Open(ctx, "memory:", stores.Options{ClaimTimeout: 2 * time.Hour, Retention: time.Hour}); err == nil {
+	if _, err := storeurl.Open(ctx, "memory:", stores.Options{ClaimTimeout: 2 * time.Hour, Retention: time.Hour}); err == nil {
 		t.Fatal("Open with claim timeout longer than retention: nil error, want a refusal")
 	}
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/acemq/acemq-flow/runtime"
 	"github.com/acemq/acemq-flow/spec"
 	"github.com/acemq/acemq-flow/stores"
+	"github.com/acemq/acemq-flow/stores/storeurl"
 	"github.com/acemq/acemq-flow/test/testenv"
 )
 
@@ -309,7 +310,7 @@ func BenchmarkHop(b *testing.B) {
 	}
 	var store stores.Set
 	if os.Getenv(testenv.PostgresEnv) != "" {
-		st, err := stores.Open(context.Background(), testenv.PostgresSchema(b), stores.Options{})
+		st, err := storeurl.Open(context.Background(), testenv.PostgresSchema(b), stores.Options{})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -5,16 +5,16 @@ package purgecheck
 import (
 	"testing"
 
-	"github.com/acemq/acemq-flow/stores/internal/core"
+	"github.com/acemq/acemq-flow/stores/internal/backend"
 )
 
-// SetBatch sets core.PurgeBatch, the rows a purge statement handles, to n
+// SetBatch sets backend.PurgeBatch, the rows a purge statement handles, to n
 // until the test ends.
 func SetBatch(t testing.TB, n int) {
 	t.Helper()
-	old := core.PurgeBatch
-	core.PurgeBatch = n
-	t.Cleanup(func() { core.PurgeBatch = old })
+	old := backend.PurgeBatch
+	backend.PurgeBatch = n
+	t.Cleanup(func() { backend.PurgeBatch = old })
 }
 
 // CheckPurgeWalk checks a PurgePublished over the 50 outbox rows a backend's

@@ -1,4 +1,4 @@
-package core
+package stores
 
 import (
 	"regexp"
@@ -8,7 +8,8 @@ import (
 // passwordParam is a password given as a query parameter, which pgx accepts.
 var passwordParam = regexp.MustCompile(`(?i)([?&]password=)[^&#]*`)
 
-// Redact hides the password of a store URL. It does not trust url.Parse: a
+// Redact returns a store URL with its password hidden, for logs and errors,
+// whatever characters the password holds. It does not trust url.Parse: a
 // password holding '#', '/', '?', a space or a bad %-escape either fails to
 // parse or lands outside the user info, and would be shown as typed.
 // Instead everything between the user name and the last '@' is blanked,

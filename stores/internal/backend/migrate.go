@@ -1,4 +1,4 @@
-package core
+package backend
 
 import (
 	"fmt"
@@ -7,16 +7,18 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/acemq/acemq-flow/stores"
 )
 
 // LoadMigrations reads every NNNN_name.sql file of dir in fsys, in version
 // order.
-func LoadMigrations(fsys fs.FS, dir string) ([]Migration, error) {
+func LoadMigrations(fsys fs.FS, dir string) ([]stores.Migration, error) {
 	entries, err := fs.ReadDir(fsys, dir)
 	if err != nil {
 		return nil, fmt.Errorf("read migrations: %w", err)
 	}
-	var ms []Migration
+	var ms []stores.Migration
 	for _, e := range entries {
 		name := e.Name()
 		if e.IsDir() || !strings.HasSuffix(name, ".sql") {
@@ -31,7 +33,7 @@ func LoadMigrations(fsys fs.FS, dir string) ([]Migration, error) {
 		if err != nil {
 			return nil, fmt.Errorf("read migration %s: %w", name, err)
 		}
-		ms = append(ms, Migration{Version: v, Name: name, SQL: string(b)})
+		ms = append(ms, stores.Migration{Version: v, Name: name, SQL: string(b)})
 	}
 	sort.Slice(ms, func(i, j int) bool { return ms[i].Version < ms[j].Version })
 	for i := 1; i < len(ms); i++ {
@@ -40,20 +42,4 @@ func LoadMigrations(fsys fs.FS, dir string) ([]Migration, error) {
 		}
 	}
 	return ms, nil
-}
-
-// SchemaError reports that a store's tables are missing (Have < 0) or
-// behind the newest embedded migration (Have < Want).
-type SchemaError struct {
-	Backend string
-	Have    int
-	Want    int
-}
-
-// Error tells the operator what to run.
-func (e *SchemaError) Error() string {
-	if e.Have < 0 {
-		return fmt.Sprintf("%s store: tables not created; run `acemq-flow migrate` (or `run --create-schema` in development)", e.Backend)
-	}
-	return fmt.Sprintf("%s store: schema at version %d, want %d; run `acemq-flow migrate`", e.Backend, e.Have, e.Want)
 }

@@ -1,60 +1,16 @@
-package core
+package backend
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/acemq/acemq-flow/stores"
 )
 
-// OutboxRecord is one row of the outbox. See stores.OutboxRecord.
-type OutboxRecord struct {
-	ID          int64
-	Exchange    string
-	RoutingKey  string
-	Body        []byte
-	ContentType string
-	Properties  Properties
-	CreatedAt   time.Time
-	Attempts    int
-	LastError   string
-	LeaseOwner  string
-	LeaseUntil  time.Time
-	PublishedAt time.Time
-	StuckAt     time.Time
-	// Invalid is why the row's properties column could not be read (a row
-	// written by another program with a value of the wrong type, such as a
-	// string priority); nil for a readable row. A store hands such a row out
-	// like any other, so that it neither fails the rows claimed with it nor
-	// hides them from a listing; the relay does not publish it but records
-	// a failed attempt with this reason, so it ends stuck, listed with its
-	// reason by `acemq-flow outbox list --stuck`.
-	Invalid error
-}
-
-// Stuck reports whether the store stopped handing the record out.
-func (r OutboxRecord) Stuck() bool { return !r.StuckAt.IsZero() }
-
-// Properties are the AMQP properties of an outbox record. See
-// stores.Properties.
-type Properties struct {
-	MessageID       string         `json:"message_id,omitempty"`
-	CorrelationID   string         `json:"correlation_id,omitempty"`
-	ReplyTo         string         `json:"reply_to,omitempty"`
-	Type            string         `json:"type,omitempty"`
-	AppID           string         `json:"app_id,omitempty"`
-	UserID          string         `json:"user_id,omitempty"`
-	ContentEncoding string         `json:"content_encoding,omitempty"`
-	Expiration      string         `json:"expiration,omitempty"`
-	Priority        uint8          `json:"priority,omitempty"`
-	DeliveryMode    uint8          `json:"delivery_mode,omitempty"`
-	Timestamp       int64          `json:"timestamp,omitempty"`
-	Headers         map[string]any `json:"headers,omitempty"`
-}
-
 // EncodeProperties returns the JSON the properties column holds.
-func EncodeProperties(p Properties) ([]byte, error) {
+func EncodeProperties(p stores.Properties) ([]byte, error) {
 	b, err := json.Marshal(p)
 	if err != nil {
 		return nil, fmt.Errorf("encode outbox properties: %w", err)
@@ -65,8 +21,8 @@ func EncodeProperties(p Properties) ([]byte, error) {
 // DecodeProperties reads the properties column. Numbers in headers come back
 // as json.Number so that integers keep their exact value; an empty column is
 // no properties.
-func DecodeProperties(b []byte) (Properties, error) {
-	var p Properties
+func DecodeProperties(b []byte) (stores.Properties, error) {
+	var p stores.Properties
 	if len(bytes.TrimSpace(b)) == 0 {
 		return p, nil
 	}
@@ -85,7 +41,7 @@ func DecodeProperties(b []byte) (Properties, error) {
 // have written: a value RabbitMQ refuses makes the row unreadable (failed
 // with the reason, then stuck) rather than a publish that closes the
 // relay's channel and every publish in flight on it, at every lease.
-func checkDecoded(p Properties) error {
+func checkDecoded(p stores.Properties) error {
 	if err := CheckProperties("", p); err != nil {
 		return fmt.Errorf("outbox properties: %w", err)
 	}
@@ -94,7 +50,7 @@ func checkDecoded(p Properties) error {
 
 // CheckRecord rejects a record the relay could not publish, before it is
 // written.
-func CheckRecord(r OutboxRecord) error {
+func CheckRecord(r stores.OutboxRecord) error {
 	if r.RoutingKey == "" && r.Exchange == "" {
 		return fmt.Errorf("outbox record has neither exchange nor routing key")
 	}
@@ -108,7 +64,7 @@ func CheckRecord(r OutboxRecord) error {
 // refuse by closing the relay's channel: a short string over 255 bytes, a
 // header key over 255 bytes at any depth, an expiration that is not a
 // whole number of milliseconds.
-func CheckProperties(contentType string, p Properties) error {
+func CheckProperties(contentType string, p stores.Properties) error {
 	for _, f := range [...]struct{ name, v string }{
 		{"content type", contentType}, {"message_id", p.MessageID}, {"correlation_id", p.CorrelationID},
 		{"reply_to", p.ReplyTo}, {"type", p.Type}, {"app_id", p.AppID}, {"user_id", p.UserID},
@@ -157,18 +113,4 @@ func CheckClaim(owner string, n int, lease time.Duration) error {
 		return fmt.Errorf("outbox claim batch: owner must be set and n %d and lease %s positive", n, lease)
 	}
 	return nil
-}
-
-// LockedBatch is a claim whose rows stay locked by an open database
-// transaction until Finish or Abort. See stores.LockedBatch.
-type LockedBatch interface {
-	Records() []OutboxRecord
-	Finish(ctx context.Context, published []int64, failed []FailedRecord) (stuck []int64, err error)
-	Abort()
-}
-
-// FailedRecord is a record whose publish failed, and why.
-type FailedRecord struct {
-	ID     int64
-	Reason string
 }

@@ -1,4 +1,4 @@
-package core
+package backend
 
 import (
 	"bytes"
@@ -8,12 +8,14 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/acemq/acemq-flow/stores"
 )
 
 // decodeJSON is what DecodeProperties did before the flat reader, and
 // still does for what that reader leaves: the reference.
-func decodeJSON(b []byte) (Properties, error) {
-	var p Properties
+func decodeJSON(b []byte) (stores.Properties, error) {
+	var p stores.Properties
 	d := json.NewDecoder(bytes.NewReader(b))
 	d.UseNumber()
 	err := d.Decode(&p)
@@ -96,7 +98,7 @@ func TestEncodedPropertiesReadBackTheSame(t *testing.T) {
 		if i%3 == 0 {
 			letters = escaped
 		}
-		p := Properties{MessageID: pick(), CorrelationID: pick(), ReplyTo: pick(), Type: pick(), AppID: pick(),
+		p := stores.Properties{MessageID: pick(), CorrelationID: pick(), ReplyTo: pick(), Type: pick(), AppID: pick(),
 			UserID: pick(), ContentEncoding: pick(), Expiration: fmt.Sprint(rng.IntN(100000)),
 			Priority: uint8(rng.IntN(256)), DeliveryMode: uint8(rng.IntN(3)), Timestamp: rng.Int64N(1 << 40)}
 		if i%10 == 0 {
@@ -161,15 +163,15 @@ func FuzzFlatProperties(f *testing.F) {
 // other one in flight at every lease.
 func TestPropertiesRabbitMQRefusesAreRefused(t *testing.T) {
 	long := strings.Repeat("k", 256)
-	for _, p := range []Properties{
+	for _, p := range []stores.Properties{
 		{Expiration: "soon"}, {Expiration: "-1"}, {Expiration: "1.5"}, {MessageID: long},
 		{Headers: map[string]any{long: 1}}, {Headers: map[string]any{"a": []any{map[string]any{long: 1}}}},
 	} {
-		if err := CheckRecord(OutboxRecord{RoutingKey: "q", Properties: p}); err == nil {
+		if err := CheckRecord(stores.OutboxRecord{RoutingKey: "q", Properties: p}); err == nil {
 			t.Errorf("CheckRecord with %+v = nil, want a refusal", p)
 		}
 	}
-	if err := CheckRecord(OutboxRecord{RoutingKey: "q", Properties: Properties{Expiration: "4294967296", MessageID: strings.Repeat("m", 255)}}); err != nil {
+	if err := CheckRecord(stores.OutboxRecord{RoutingKey: "q", Properties: stores.Properties{Expiration: "4294967296", MessageID: strings.Repeat("m", 255)}}); err != nil {
 		t.Errorf("CheckRecord with a long but valid expiration and a 255-byte id = %v", err)
 	}
 	if _, err := DecodeProperties([]byte(`{"message_id": "m-1", "expiration": "soon"}`)); err == nil || !strings.Contains(err.Error(), "milliseconds") {

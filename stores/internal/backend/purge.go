@@ -1,4 +1,4 @@
-package core
+package backend
 
 // PurgeBatch bounds the rows one purge statement deletes (or, for the
 // outbox, reads), so that a large purge holds its locks and its transaction

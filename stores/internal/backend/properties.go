@@ -1,7 +1,9 @@
-package core
+package backend
 
 import (
 	"unicode/utf8"
+
+	"github.com/acemq/acemq-flow/stores"
 )
 
 // decodeFlat reads the common form of the properties column without
@@ -13,7 +15,7 @@ import (
 // decoder, so the result never differs from the decoder's. The relay reads
 // this column for every record it publishes; the decoder cost about a
 // microsecond and a kilobyte of garbage each.
-func decodeFlat(b []byte) (p Properties, ok bool) {
+func decodeFlat(b []byte) (p stores.Properties, ok bool) {
 	r := flatReader{b: b}
 	if !r.byte('{') {
 		return p, false
