@@ -27,7 +27,7 @@
 //     SQL for `migrate --print`.
 //  3. The consumer side uses the Idempotency methods of the Set: TryClaim
 //     (or TryClaimBatch) before a handler, Confirm (or ConfirmBatch) after
-//     it, Release when it fails, PurgeExpired on a schedule.
+//     it, Release when it fails.
 //  4. Application code writes outbox records with the backend's write side,
 //     an Outbox[Tx] for its own transaction type: (*postgres.Store).Outbox
 //     takes a pgx.Tx, (*sqlite.Store).Outbox a *sql.Tx,
@@ -36,7 +36,10 @@
 //     MarkPublished, MarkFailed — or, on a Set that is also an
 //     OutboxLocker (PostgreSQL), ClaimLocked and the batch's Finish;
 //     `outbox list [--stuck]` uses ListPending and ListStuck.
-//  6. Close.
+//  6. On a schedule (hourly): Set.Purge deletes expired claims, old
+//     confirmations and records published more than
+//     Options.PublishedRetention ago; nothing else deletes them.
+//  7. Close.
 //
 // The protocols — who calls what when, and what each error means — are
 // stated on Idempotency and OutboxRelay. In short: a duplicate claim is an

@@ -124,7 +124,8 @@ func (e *StaleClaimError) Is(target error) bool { return target == ErrStaleClaim
 //  3. A *StaleClaimError from Confirm or Release means the lease was taken
 //     over; the caller's work is not recorded.
 //  4. On a schedule: PurgeExpired, which removes expired leases and
-//     confirmations older than the retention.
+//     confirmations older than the retention (Set.Purge calls it, with the
+//     outbox's purge).
 //
 // Any error other than a *StaleClaimError is a failure of the store (a lock
 // timeout, a lost connection, a cancelled context): nothing was decided, and

@@ -12,6 +12,10 @@ import (
 //   - Retention: how long a confirmation is kept (7 days, 168h). It must
 //     outlast the longest retry ladder plus any manual replay, or a late
 //     duplicate is handled again.
+//   - PublishedRetention: how long an outbox record is kept after it was
+//     published, before Set.Purge deletes it (7 days, 168h). Nothing reads
+//     a published row again; keep them as long as an operator may want to
+//     look up what was sent.
 //   - OutboxMaxAttempts: failed publishes after which an outbox row is
 //     stuck (10).
 //   - OutboxRetryDelay: how long a failed outbox row waits before it is
@@ -23,22 +27,24 @@ import (
 //     Replicas sharing a database must have clocks that agree to well within
 //     the claim timeout. Tests pass a fake clock.
 type Options struct {
-	ClaimTimeout      time.Duration
-	Retention         time.Duration
-	OutboxMaxAttempts int
-	OutboxRetryDelay  time.Duration
-	LockTimeout       time.Duration
-	Now               func() time.Time
+	ClaimTimeout       time.Duration
+	Retention          time.Duration
+	PublishedRetention time.Duration
+	OutboxMaxAttempts  int
+	OutboxRetryDelay   time.Duration
+	LockTimeout        time.Duration
+	Now                func() time.Time
 }
 
 // Defaults for Options fields left zero. DefaultLockTimeout is SQLite's;
 // PostgreSQL keeps the server's lock_timeout unless LockTimeout is set.
 const (
-	DefaultClaimTimeout      = 5 * time.Minute
-	DefaultRetention         = 7 * 24 * time.Hour
-	DefaultOutboxMaxAttempts = 10
-	DefaultOutboxRetryDelay  = 5 * time.Second
-	DefaultLockTimeout       = 5 * time.Second
+	DefaultClaimTimeout       = 5 * time.Minute
+	DefaultRetention          = 7 * 24 * time.Hour
+	DefaultPublishedRetention = 7 * 24 * time.Hour
+	DefaultOutboxMaxAttempts  = 10
+	DefaultOutboxRetryDelay   = 5 * time.Second
+	DefaultLockTimeout        = 5 * time.Second
 )
 
 // WithDefaults returns o with its zero fields (but LockTimeout, whose
@@ -51,6 +57,9 @@ func (o Options) WithDefaults() (Options, error) {
 	if o.Retention == 0 {
 		o.Retention = DefaultRetention
 	}
+	if o.PublishedRetention == 0 {
+		o.PublishedRetention = DefaultPublishedRetention
+	}
 	if o.OutboxMaxAttempts == 0 {
 		o.OutboxMaxAttempts = DefaultOutboxMaxAttempts
 	}
@@ -61,7 +70,7 @@ func (o Options) WithDefaults() (Options, error) {
 		o.Now = time.Now
 	}
 	switch {
-	case o.ClaimTimeout < 0 || o.Retention < 0 || o.OutboxRetryDelay < 0 || o.LockTimeout < 0:
+	case o.ClaimTimeout < 0 || o.Retention < 0 || o.PublishedRetention < 0 || o.OutboxRetryDelay < 0 || o.LockTimeout < 0:
 		return o, fmt.Errorf("store options: durations must not be negative")
 	case o.OutboxMaxAttempts < 0:
 		return o, fmt.Errorf("store options: outbox max attempts %d must not be negative", o.OutboxMaxAttempts)

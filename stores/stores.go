@@ -55,6 +55,19 @@ type Set interface {
 	// older than this build expects, and nil when they are current.
 	CheckSchema(ctx context.Context) error
 
+	// Purge deletes, once, what the store no longer has to keep: expired
+	// claims and confirmations older than Options.Retention (PurgeExpired),
+	// then outbox records published more than Options.PublishedRetention
+	// ago (PurgePublished); pending and stuck records stay. Nothing else
+	// calls those two: without a Purge on a schedule (hourly is plenty:
+	// `acemq-flow purge`, or runtime.RunPurges beside the consumers) both
+	// tables grow for ever. It deletes in batches, each a short transaction
+	// of its own (stores/README.md). The second purge runs even when the first
+	// fails; the counts are of the rows deleted, up to a failure, and the
+	// error joins both failures. An error decides nothing: the next Purge
+	// deletes what this one left.
+	Purge(ctx context.Context) (Purged, error)
+
 	// Close releases the connections (memory: discards the data).
 	Close() error
 }

@@ -15,7 +15,8 @@ func TestOptionsDefaultsAndLimits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.ClaimTimeout != 5*time.Minute || o.Retention != 7*24*time.Hour || o.OutboxMaxAttempts != 10 || o.OutboxRetryDelay != 5*time.Second || o.Now == nil {
+	if o.ClaimTimeout != 5*time.Minute || o.Retention != 7*24*time.Hour || o.PublishedRetention != 7*24*time.Hour ||
+		o.OutboxMaxAttempts != 10 || o.OutboxRetryDelay != 5*time.Second || o.Now == nil {
 		t.Errorf("defaults = %+v", o)
 	}
 	cases := []struct {
@@ -25,6 +26,7 @@ func TestOptionsDefaultsAndLimits(t *testing.T) {
 		{"claim timeout longer than retention", stores.Options{ClaimTimeout: 2 * time.Hour, Retention: time.Hour}},
 		{"claim timeout longer than the default retention", stores.Options{ClaimTimeout: 8 * 24 * time.Hour}},
 		{"negative retry delay", stores.Options{OutboxRetryDelay: -time.Second}},
+		{"negative published retention", stores.Options{PublishedRetention: -time.Hour}},
 		{"negative max attempts", stores.Options{OutboxMaxAttempts: -1}},
 	}
 	for _, tc := range cases {

@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/acemq/acemq-flow/stores"
+	"github.com/acemq/acemq-flow/stores/internal/backend"
 )
 
 // ErrClosed is returned by every method of a closed Store.
@@ -57,6 +58,12 @@ func (s *Store) Migrate(ctx context.Context) error { return s.check(ctx) }
 
 // CheckSchema reports only whether the store is open.
 func (s *Store) CheckSchema(ctx context.Context) error { return s.check(ctx) }
+
+// Purge implements stores.Set: PurgeExpired, then PurgePublished of the
+// records published more than Options.PublishedRetention ago.
+func (s *Store) Purge(ctx context.Context) (stores.Purged, error) {
+	return backend.Purge(ctx, s, s.opts.Now(), s.opts.PublishedRetention)
+}
 
 // Close discards everything the store holds. It is idempotent.
 func (s *Store) Close() error {

@@ -106,6 +106,12 @@ func Redact(connURL string) string { return stores.Redact(connURL) }
 // on it, and must not close it.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
+// Purge implements stores.Set: PurgeExpired, then PurgePublished of the
+// records published more than Options.PublishedRetention ago.
+func (s *Store) Purge(ctx context.Context) (stores.Purged, error) {
+	return backend.Purge(ctx, s, s.opts.Now(), s.opts.PublishedRetention)
+}
+
 // Close closes the pools. It is idempotent.
 func (s *Store) Close() error {
 	s.once.Do(func() {

@@ -117,6 +117,12 @@ func Open(ctx context.Context, path string, opts stores.Options) (*Store, error)
 // handle opened with DSN has neither restriction.
 func (s *Store) DB() *sql.DB { return s.db }
 
+// Purge implements stores.Set: PurgeExpired, then PurgePublished of the
+// records published more than Options.PublishedRetention ago.
+func (s *Store) Purge(ctx context.Context) (stores.Purged, error) {
+	return backend.Purge(ctx, s, s.opts.Now(), s.opts.PublishedRetention)
+}
+
 // Close closes the file. It is idempotent.
 func (s *Store) Close() error {
 	s.once.Do(func() { s.cerr = s.db.Close() })

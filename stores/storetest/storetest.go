@@ -1,7 +1,8 @@
 // Package storetest is the conformance suite every store backend runs: one
-// function per store (RunIdempotency, RunOutbox), RunAll for both, and
-// RunSchema for backends with tables. Each behaviour is a named subtest, and
-// each bug the seed documents admit to has its own case, named after it.
+// function per store (RunIdempotency, RunOutbox), RunPurge for the purge of
+// both, RunAll for all three, and RunSchema for backends with tables. Each
+// behaviour is a named subtest, and each bug the seed documents admit to has
+// its own case, named after it.
 //
 // A backend's test hands the suite an Opener, which builds a fresh, migrated
 // store for one subtest with the Options the suite chooses (including a fake
@@ -85,10 +86,11 @@ func (c *Clock) Advance(d time.Duration) {
 
 // The options every subtest's store is opened with.
 const (
-	claimTimeout = time.Minute
-	retention    = time.Hour
-	maxAttempts  = 3
-	retryDelay   = 10 * time.Second
+	claimTimeout       = time.Minute
+	retention          = time.Hour
+	publishedRetention = 2 * time.Hour
+	maxAttempts        = 3
+	retryDelay         = 10 * time.Second
 )
 
 // fixture opens a fresh store on a fake clock.
@@ -96,11 +98,12 @@ func fixture(t *testing.T, open Opener) (Backend, *Clock) {
 	t.Helper()
 	clock := NewClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
 	b := open(t, stores.Options{
-		ClaimTimeout:      claimTimeout,
-		Retention:         retention,
-		OutboxMaxAttempts: maxAttempts,
-		OutboxRetryDelay:  retryDelay,
-		Now:               clock.Now,
+		ClaimTimeout:       claimTimeout,
+		Retention:          retention,
+		PublishedRetention: publishedRetention,
+		OutboxMaxAttempts:  maxAttempts,
+		OutboxRetryDelay:   retryDelay,
+		Now:                clock.Now,
 	})
 	if b.Set == nil || b.Peer == nil || b.WriteOutbox == nil {
 		t.Fatal("storetest: the Opener must set Set, Peer and WriteOutbox")
@@ -112,6 +115,7 @@ func fixture(t *testing.T, open Opener) (Backend, *Clock) {
 func RunAll(t *testing.T, open Opener, f Features) {
 	t.Run("idempotency", func(t *testing.T) { RunIdempotency(t, open, f) })
 	t.Run("outbox", func(t *testing.T) { RunOutbox(t, open, f) })
+	t.Run("purge", func(t *testing.T) { RunPurge(t, open, f) })
 }
 
 // RunSchema checks, for a backend with tables, that opening a store creates

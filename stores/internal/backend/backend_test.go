@@ -1,7 +1,11 @@
 package backend
 
 import (
+	"context"
+	"errors"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/acemq/acemq-flow/stores"
 )
@@ -41,5 +45,64 @@ func TestPropertiesKeepIntegersExact(t *testing.T) {
 	}
 	if p, err := DecodeProperties(nil); err != nil || p.MessageID != "" {
 		t.Fatalf("DecodeProperties(empty) = %+v, %v", p, err)
+	}
+}
+
+// fakePurger answers the two purges with fixed counts and errors, and
+// records the cut-off it was given.
+type fakePurger struct {
+	expired, published       int64
+	errExpired, errPublished error
+	before                   time.Time
+	calls                    []string
+}
+
+func (f *fakePurger) PurgeExpired(context.Context) (int64, error) {
+	f.calls = append(f.calls, "expired")
+	return f.expired, f.errExpired
+}
+
+func (f *fakePurger) PurgePublished(_ context.Context, before time.Time) (int64, error) {
+	f.calls = append(f.calls, "published")
+	f.before = before
+	return f.published, f.errPublished
+}
+
+func TestPurgeRunsBothPurgesEvenWhenOneFails(t *testing.T) {
+	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	lock := errors.New("purge expired idempotency rows (3 purged before the failure): lock timeout")
+	gone := errors.New("purge published outbox rows (0 purged before the failure): connection lost")
+	cases := []struct {
+		name string
+		f    fakePurger
+		want []error
+	}{
+		{"both succeed", fakePurger{expired: 4, published: 5}, nil},
+		{"the idempotency purge fails", fakePurger{expired: 3, published: 5, errExpired: lock}, []error{lock}},
+		{"the outbox purge fails", fakePurger{expired: 4, errPublished: gone}, []error{gone}},
+		{"both fail", fakePurger{expired: 3, errExpired: lock, errPublished: gone}, []error{lock, gone}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := tc.f
+			p, err := Purge(t.Context(), &f, now, time.Hour)
+			if !slices.Equal(f.calls, []string{"expired", "published"}) {
+				t.Errorf("Purge called %v, want both purges in order", f.calls)
+			}
+			if p.Expired != f.expired || p.Published != f.published {
+				t.Errorf("Purge counted %d expired and %d published, want %d and %d", p.Expired, p.Published, f.expired, f.published)
+			}
+			if want := now.Add(-time.Hour); !f.before.Equal(want) || !p.PublishedBefore.Equal(want) {
+				t.Errorf("Purge cut-off %v (reported %v), want %v", f.before, p.PublishedBefore, want)
+			}
+			if (err == nil) != (len(tc.want) == 0) {
+				t.Fatalf("Purge error = %v, want %v", err, tc.want)
+			}
+			for _, w := range tc.want {
+				if !errors.Is(err, w) {
+					t.Errorf("Purge error = %v, want it to hold %v", err, w)
+				}
+			}
+		})
 	}
 }

@@ -1,5 +1,13 @@
 package backend
 
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/acemq/acemq-flow/stores"
+)
+
 // PurgeBatch bounds the rows one purge statement deletes (or, for the
 // outbox, reads), so that a large purge holds its locks and its transaction
 // briefly, batch after batch. A variable for the tests (see
@@ -46,4 +54,21 @@ func PurgeWalk(step func(after int64, limit int, purged int64) (n, last int64, d
 		}
 		after = last
 	}
+}
+
+// purger is the two purges a backend implements.
+type purger interface {
+	PurgeExpired(ctx context.Context) (int64, error)
+	PurgePublished(ctx context.Context, before time.Time) (int64, error)
+}
+
+// Purge is every backend's Set.Purge: PurgeExpired, then PurgePublished of
+// the records published before now less retention, the second even when the
+// first failed (a lock on one table must not keep the other growing).
+func Purge(ctx context.Context, s purger, now time.Time, retention time.Duration) (stores.Purged, error) {
+	p := stores.Purged{PublishedBefore: now.Add(-retention)}
+	var errExpired, errPublished error
+	p.Expired, errExpired = s.PurgeExpired(ctx)
+	p.Published, errPublished = s.PurgePublished(ctx, p.PublishedBefore)
+	return p, errors.Join(errExpired, errPublished)
 }

@@ -1,0 +1,18 @@
+package stores
+
+import "time"
+
+// Purged counts what one Set.Purge deleted, table by table.
+type Purged struct {
+	// Expired is the acemq_idempotency rows deleted: claims whose lease
+	// ended and confirmations older than Options.Retention.
+	Expired int64
+
+	// Published is the acemq_outbox rows deleted: records published before
+	// PublishedBefore. Pending and stuck records are never deleted.
+	Published int64
+
+	// PublishedBefore is the outbox cut-off: the store's clock when the
+	// purge began, less Options.PublishedRetention.
+	PublishedBefore time.Time
+}
