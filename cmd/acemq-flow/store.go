@@ -8,13 +8,13 @@ import (
 	"os"
 	"time"
 
-	"github.com/acemq/acemq-flow/runtime"
+	"github.com/acemq/acemq-flow/runtime/plan"
 	"github.com/acemq/acemq-flow/stores"
 	"github.com/acemq/acemq-flow/stores/storeurl"
 )
 
 // needsStore reports whether the flows use the idempotency store.
-func needsStore(plan *runtime.Plan) bool {
+func needsStore(plan *plan.Plan) bool {
 	for _, c := range plan.Consumers {
 		if c.Idempotent {
 			return true
@@ -27,6 +27,11 @@ func needsStore(plan *runtime.Plan) bool {
 // only when asked: a runtime that creates tables at start-up is a runtime
 // deciding when your database changes).
 func openStore(ctx context.Context, raw string, claimTimeout time.Duration, create bool) (stores.Set, error) {
+	return openStoreWith(ctx, raw, stores.Options{ClaimTimeout: claimTimeout}, create)
+}
+
+// openStoreWith is openStore with every store option.
+func openStoreWith(ctx context.Context, raw string, opts stores.Options, create bool) (stores.Set, error) {
 	if backend, _ := storeurl.Backend(raw); backend == "sqlite" && !create {
 		// Opening a SQLite file creates it: a command that fails for want
 		// of tables would leave an empty acemq.db behind.
@@ -35,7 +40,6 @@ func openStore(ctx context.Context, raw string, claimTimeout time.Duration, crea
 			return nil, fmt.Errorf("the sqlite store %s does not exist; %s to create it with its tables (or `run --create-schema` in development)", redactStore(raw), migrateHint)
 		}
 	}
-	opts := stores.Options{ClaimTimeout: claimTimeout}
 	set, err := storeurl.Open(ctx, raw, opts)
 	if err != nil {
 		return nil, fmt.Errorf("open the store %s: %w", redactStore(raw), err)

@@ -44,6 +44,7 @@ func TestStoreErrorsNeverShowThePassword(t *testing.T) {
 			{"outbox", "list", "--store", store},
 			{"relay", "--store", store},
 			{"migrate", "--store", store},
+			{"purge", "--store", store},
 			{"run", "--store", store, "--relay", "../../examples/flows/fulfilment.yaml"},
 		} {
 			t.Run(args[0]+" "+pw, func(t *testing.T) {

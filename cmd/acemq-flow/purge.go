@@ -1,0 +1,77 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/acemq/acemq-flow/stores"
+	"github.com/acemq/acemq-flow/stores/storeurl"
+)
+
+func newPurgeCmd(s streams) *cobra.Command {
+	var (
+		storeURL  string
+		published time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "purge [--store URL] [--published-retention 168h]",
+		Short: "Delete expired claims and long-published outbox records, once",
+		Long: `Delete, once, what the store no longer has to keep: the idempotency claims
+whose lease ended, the confirmations past their retention (7 days after the
+confirm), and the outbox records published more than --published-retention
+ago. Records not published yet, and stuck ones, are never deleted. Nothing
+else deletes these rows, so both tables grow until purged: run purge on a
+schedule (hourly is plenty), from cron or a Kubernetes CronJob. It prints
+what it deleted, a line per table.
+
+Environment: ACEMQ_STORE_URL (--store).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			backend, err := storeurl.Backend(storeURL)
+			if err != nil {
+				return usage("--store: %v", err)
+			}
+			if published <= 0 {
+				return usage("--published-retention must be a positive duration (168h, say), not %s", published)
+			}
+			if backend == "memory" {
+				fmt.Fprintln(s.out, "the memory store keeps nothing between runs; nothing to purge")
+				return nil
+			}
+			set, err := openStoreWith(cmd.Context(), storeURL, stores.Options{PublishedRetention: published}, false)
+			if err != nil {
+				return failed("%v", err)
+			}
+			defer set.Close()
+			p, err := set.Purge(cmd.Context())
+			// The counts are true even after a failure: what was deleted
+			// before it.
+			renderPurged(s.out, p, published)
+			if err != nil {
+				return failed("purge the store %s: %v", redactStore(storeURL), err)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&storeURL, "store", envOr("ACEMQ_STORE_URL", defaultStore), "store to purge: postgres://… or sqlite:PATH (env ACEMQ_STORE_URL)")
+	f.DurationVar(&published, "published-retention", stores.DefaultPublishedRetention, "keep outbox records this long after they were published")
+	return cmd
+}
+
+// renderPurged writes a sentence per table saying what a purge deleted.
+func renderPurged(w io.Writer, p stores.Purged, published time.Duration) {
+	count := func(n int64, one, many string) string {
+		if n == 1 {
+			return "1 " + one
+		}
+		return fmt.Sprintf("%d %s", n, many)
+	}
+	fmt.Fprintf(w, "acemq_idempotency: deleted %s\n",
+		count(p.Expired, "expired claim or confirmation", "expired claims and confirmations"))
+	fmt.Fprintf(w, "acemq_outbox: deleted %s published before %s (more than %s ago)\n",
+		count(p.Published, "record", "records"), p.PublishedBefore.UTC().Format(time.RFC3339), published)
+}
