@@ -65,6 +65,16 @@ type ConnOptions struct {
 	// BackoffMin and BackoffMax bound the delay between reconnect attempts,
 	// which doubles per failed attempt, with jitter. Defaults 100ms and 10s.
 	BackoffMin, BackoffMax time.Duration
+	// Management is the base URL of the broker's management HTTP API, where
+	// a Topology on this Conn reads the type, arguments and bindings of
+	// queues and exchanges to name every way they differ from a
+	// declaration (Topology.Check). Without a user and password in it, the
+	// AMQP URL's are used. Default: derived from the AMQP URL,
+	// http://host:15672 (https://host:15671 for amqps). ManagementOff, or
+	// an API that does not answer, leaves the Topology reading drift from
+	// the broker's refusals, which name one setting at a time. The password
+	// is never logged.
+	Management string
 }
 
 func (o *ConnOptions) defaults() {
@@ -104,6 +114,7 @@ type Conn struct {
 	pass     []string // the password as written and decoded, for scrub
 	opts     ConnOptions
 	log      *slog.Logger
+	mgmt     *management // nil: ManagementOff
 
 	mu    sync.Mutex
 	cur   *amqp.Connection
@@ -160,6 +171,9 @@ func Open(ctx context.Context, rawURL string, opts ConnOptions) (*Conn, error) {
 	if _, err := amqp.ParseURI(rawURL); err != nil {
 		return nil, fmt.Errorf("connection %q: invalid AMQP URL %s: %w", opts.Name, redacted, c.scrub(err))
 	}
+	if c.mgmt, err = newManagement(rawURL, opts.Management, opts.OpTimeout); err != nil {
+		return nil, fmt.Errorf("connection %q: %w", opts.Name, c.scrub(err))
+	}
 
 	ac, err := c.dialRetry(ctx, 0)
 	if err != nil {
@@ -176,6 +190,15 @@ func (c *Conn) Name() string { return c.opts.Name }
 
 // URL returns the broker URL with its password redacted.
 func (c *Conn) URL() string { return c.redacted }
+
+// Management returns the management API URL a Topology on this Conn reads,
+// with its password redacted, or "" for ManagementOff.
+func (c *Conn) Management() string {
+	if c.mgmt == nil {
+		return ""
+	}
+	return c.mgmt.shown
+}
 
 // State returns what the connection is doing now.
 func (c *Conn) State() State { return State(c.state.Load()) }
