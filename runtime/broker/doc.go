@@ -14,8 +14,13 @@
 //
 //  1. Open two connections, one for publishing and one for consuming
 //     (Open). Each reconnects by itself until Close.
-//  2. Declare and check the topology (NewTopology, Topology.Declare,
-//     Topology.CheckQueues).
+//  2. Check the topology, then declare it (NewTopology; Topology.Check for
+//     topology.apply validate, which creates nothing; Topology.CheckDrift
+//     before Topology.Declare, so that drift stops a start before anything
+//     is declared; Topology.CheckQueues for queues others provide). A check
+//     reads types, arguments and bindings through the management API
+//     (ConnOptions.Management) when it answers, and from the broker's
+//     refusals when it does not.
 //  3. Open a Publisher on the publishing connection (OpenPublisher).
 //  4. Run a Consumer per queue on the consuming connection (NewConsumer,
 //     Consumer.Run). A handler that produces output publishes it with
@@ -30,6 +35,8 @@
 // channel or connection died, the caller's deadline passed) returns
 // *IndeterminateError and should be retried with the same message id. A
 // declaration the broker refuses because the existing entity differs returns
-// *DriftError; CheckQueues returns one *MissingQueuesError naming every
+// *DriftError, naming every setting that differs; Check and CheckDrift
+// return one *TopologyError naming every missing or differing exchange,
+// queue and binding; CheckQueues returns one *MissingQueuesError naming every
 // missing queue.
 package broker

@@ -2,7 +2,9 @@ package broker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,48 +18,56 @@ func TestDriftErrorSentences(t *testing.T) {
 		kind   string
 		reason string
 		want   string
+		set    Setting
 	}{
 		{
 			name:   "a classic queue declared quorum names both types",
 			kind:   "queue",
 			reason: "PRECONDITION_FAILED - inequivalent arg 'x-queue-type' for queue 'orders.charge' in vhost '/': received the value 'quorum' of type 'longstr' but current is none",
-			want:   `queue "orders.charge" exists on the broker as a classic queue; the flow declares it quorum; delete the queue or declare it as it is`,
+			want:   `queue "orders.charge" exists on the broker as a classic queue but the flow declares it quorum; delete the queue or declare it as it is`,
+			set:    Setting{Name: "type", Declared: "quorum", Broker: "classic"},
 		},
 		{
 			name:   "a quorum queue declared classic names both types",
 			kind:   "queue",
 			reason: "PRECONDITION_FAILED - inequivalent arg 'x-queue-type' for queue 'orders.charge' in vhost '/': received 'classic' but current is 'quorum'",
-			want:   `queue "orders.charge" exists on the broker as a quorum queue; the flow declares it classic; delete the queue or declare it as it is`,
+			want:   `queue "orders.charge" exists on the broker as a quorum queue but the flow declares it classic; delete the queue or declare it as it is`,
+			set:    Setting{Name: "type", Declared: "classic", Broker: "quorum"},
 		},
 		{
 			name:   "a different ttl names both values",
 			kind:   "queue",
 			reason: "PRECONDITION_FAILED - inequivalent arg 'x-message-ttl' for queue 'orders.charge' in vhost '/': received '2000' but current is '1000'",
-			want:   `queue "orders.charge" exists on the broker with x-message-ttl 1000; the flow declares x-message-ttl 2000; delete the queue or declare it as it is`,
+			want:   `queue "orders.charge" exists on the broker with other settings than the flow declares: arguments {x-message-ttl=2000} here, {x-message-ttl=1000} there; delete the queue or declare it as it is`,
+			set:    Setting{Name: "x-message-ttl", Arg: true, Declared: "2000", Broker: "1000"},
 		},
 		{
-			name:   "a ttl the broker lacks says without",
+			name:   "a ttl the broker lacks is only here",
 			kind:   "queue",
 			reason: "PRECONDITION_FAILED - inequivalent arg 'x-message-ttl' for queue 'orders.charge' in vhost '/': received the value '60000' of type 'long' but current is none",
-			want:   `queue "orders.charge" exists on the broker without x-message-ttl; the flow declares x-message-ttl 60000; delete the queue or declare it as it is`,
+			want:   `queue "orders.charge" exists on the broker with other settings than the flow declares: arguments {x-message-ttl=60000} here, {} there; delete the queue or declare it as it is`,
+			set:    Setting{Name: "x-message-ttl", Arg: true, Declared: "60000"},
 		},
 		{
-			name:   "a ttl the flow lacks says without",
+			name:   "a ttl the flow lacks is only there",
 			kind:   "queue",
 			reason: "PRECONDITION_FAILED - inequivalent arg 'x-message-ttl' for queue 'orders.charge' in vhost '/': received none but current is the value '1000' of type 'long'",
-			want:   `queue "orders.charge" exists on the broker with x-message-ttl 1000; the flow declares it without x-message-ttl; delete the queue or declare it as it is`,
+			want:   `queue "orders.charge" exists on the broker with other settings than the flow declares: arguments {} here, {x-message-ttl=1000} there; delete the queue or declare it as it is`,
+			set:    Setting{Name: "x-message-ttl", Arg: true, Broker: "1000"},
 		},
 		{
 			name:   "durability differs",
 			kind:   "queue",
 			reason: "PRECONDITION_FAILED - inequivalent arg 'durable' for queue 'orders.charge' in vhost '/': received 'false' but current is 'true'",
-			want:   `queue "orders.charge" exists on the broker as a durable queue; the flow declares it a non-durable queue; delete the queue or declare it as it is`,
+			want:   `queue "orders.charge" exists on the broker with other settings than the flow declares: durable false here, true there; delete the queue or declare it as it is`,
+			set:    Setting{Name: "durable", Declared: "false", Broker: "true"},
 		},
 		{
 			name:   "an exchange of another type",
 			kind:   "exchange",
 			reason: "PRECONDITION_FAILED - inequivalent arg 'type' for exchange 'orders-events' in vhost '/': received 'topic' but current is 'direct'",
-			want:   `exchange "orders-events" exists on the broker as a direct exchange; the flow declares it topic; delete the exchange or declare it as it is`,
+			want:   `exchange "orders-events" exists on the broker as a direct exchange but the flow declares it topic; delete the exchange or declare it as it is`,
+			set:    Setting{Name: "type", Declared: "topic", Broker: "direct"},
 		},
 		{
 			name:   "an unparsed reply is quoted",
@@ -76,10 +86,75 @@ func TestDriftErrorSentences(t *testing.T) {
 			if got := err.Error(); got != tc.want {
 				t.Errorf("declareError(%q):\n got %s\nwant %s", tc.reason, got, tc.want)
 			}
-			if !errors.Is(err, ErrDrift) || ReplyCode(err) != amqp.PreconditionFailed {
-				t.Errorf("declareError(%q) = %T, want a *DriftError with code 406", tc.reason, err)
+			var de *DriftError
+			if !errors.As(err, &de) || !errors.Is(err, ErrDrift) || ReplyCode(err) != amqp.PreconditionFailed {
+				t.Fatalf("declareError(%q) = %T, want a *DriftError with code 406", tc.reason, err)
+			}
+			var want []Setting
+			if tc.set.Name != "" {
+				want = []Setting{tc.set}
+			}
+			if !slices.Equal(de.Settings, want) || !de.Partial || de.Reason != tc.reason {
+				t.Errorf("declareError(%q): Settings %+v, Partial %v, Reason %q; want %+v, true and the reply", tc.reason, de.Settings, de.Partial, de.Reason, want)
 			}
 		})
+	}
+}
+
+func TestDifferenceSentences(t *testing.T) {
+	cases := []struct {
+		name string
+		d    Difference
+		want string
+	}{
+		{
+			name: "a missing queue",
+			d:    Difference{Kind: "queue", Name: "orders.nwe", Missing: true},
+			want: `queue "orders.nwe" does not exist on the broker; create it on the broker, or let the flow declare it`,
+		},
+		{
+			name: "a missing binding",
+			d:    Difference{Kind: "binding", Name: "orders.charge", Binding: Binding{Queue: "orders.charge", Exchange: "orders", RoutingKey: "charge"}, Missing: true},
+			want: `queue "orders.charge" is not bound to exchange "orders" with routing key "charge"; bind it on the broker, or let the flow declare the binding`,
+		},
+		{
+			name: "the type first, then flags, then every argument in one pair of braces each",
+			d: Difference{Kind: "queue", Name: "audit.log", Settings: []Setting{
+				{Name: "type", Declared: "quorum", Broker: "classic"},
+				{Name: "durable", Declared: "true", Broker: "false"},
+				{Name: "x-dead-letter-exchange", Arg: true, Declared: "acemq.dlx"},
+				{Name: "x-max-length", Arg: true, Broker: "5"},
+				{Name: "x-message-ttl", Arg: true, Declared: "60000", Broker: "1000"},
+			}},
+			want: `queue "audit.log" exists on the broker as a classic queue but the flow declares it quorum; durable true here, false there; arguments {x-dead-letter-exchange=acemq.dlx, x-message-ttl=60000} here, {x-max-length=5, x-message-ttl=1000} there; delete the queue or declare it as it is`,
+		},
+		{
+			name: "a refusal left unread is quoted after what was read",
+			d: Difference{Kind: "queue", Name: "q", Refusal: "PRECONDITION_FAILED - odd", Settings: []Setting{
+				{Name: "x-message-ttl", Arg: true, Declared: "2"},
+			}},
+			want: `queue "q" exists on the broker with other settings than the flow declares: arguments {x-message-ttl=2} here, {} there; the broker also reports PRECONDITION_FAILED - odd; delete the queue or declare it as it is`,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.d.String(); got != tc.want {
+				t.Errorf("Difference.String():\n got %s\nwant %s", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestArgumentsCompareByValueNotGoType(t *testing.T) {
+	declared, err := Args(map[string]any{"x-message-ttl": 60000, "x-max-length": float64(5), "x-queue-type": "quorum", "x-ratio": 0.5, "x-s": "1000"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	broker := map[string]any{"x-message-ttl": json.Number("60000"), "x-max-length": json.Number("5"), "x-queue-type": "classic", "x-ratio": json.Number("0.5"), "x-s": json.Number("1000")}
+	got := argSettings(declared, broker, "x-queue-type")
+	want := []Setting{{Name: "x-s", Arg: true, Declared: `"1000"`, Broker: "1000"}}
+	if !slices.Equal(got, want) {
+		t.Errorf("argSettings = %+v, want %+v (a string is not the number it spells; x-queue-type is compared as the type)", got, want)
 	}
 }
 

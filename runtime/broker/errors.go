@@ -153,52 +153,24 @@ func (e *MissingQueuesError) Error() string {
 func (e *MissingQueuesError) Is(target error) bool { return target == ErrNotFound }
 
 // DriftError reports a queue or exchange that exists on the broker with
-// settings other than those declared (the broker's 406 PRECONDITION_FAILED,
-// "inequivalent arg"). AMQP cannot change an entity in place: the remedy is
-// to delete it or to declare it as it is.
+// settings other than those declared: the broker refused the declaration
+// with 406 PRECONDITION_FAILED. The refusal names one setting; Settings
+// names every one that differs, the type first, read through the
+// management API or else from further refusals (Partial; see
+// Topology.Check). AMQP cannot change an entity in place: the remedy is to
+// delete it or to declare it as it is.
 type DriftError struct {
-	Kind     string // "queue" or "exchange"
-	Name     string
-	Arg      string // the setting that differs, e.g. "x-queue-type", "durable"; empty when unknown
-	Broker   string // the broker's value, "" when the broker has none
-	Declared string // the declared value, "" when the declaration has none
-	Reason   string // the broker's reply text, verbatim
-	Err      error  // the broker's *amqp.Error
+	Difference        // Kind, Name and the settings that differ
+	Reason     string // the broker's reply text to the declaration, verbatim
+	Err        error  // the broker's *amqp.Error
 }
 
 // Error returns a sentence a person reads, for example
-// `queue "orders.charge" exists on the broker as a classic queue; the flow
-// declares it quorum; delete the queue or declare it as it is`.
-func (e *DriftError) Error() string {
-	remedy := fmt.Sprintf("delete the %s or declare it as it is", e.Kind)
-	if e.Arg == "" {
-		return fmt.Sprintf("%s %q exists on the broker with other settings than the flow declares (%s); %s",
-			e.Kind, e.Name, e.Reason, remedy)
-	}
-	var has, want string
-	switch {
-	case e.Kind == "queue" && e.Arg == "x-queue-type":
-		has = "as a " + orDefault(e.Broker, "classic") + " queue"
-		want = "declares it " + orDefault(e.Declared, "classic")
-	case e.Kind == "exchange" && e.Arg == "type":
-		has = "as a " + e.Broker + " exchange"
-		want = "declares it " + e.Declared
-	case e.Arg == "durable" || e.Arg == "auto_delete" || e.Arg == "internal" || e.Arg == "exclusive":
-		word := strings.ReplaceAll(e.Arg, "_", "-")
-		has = "as " + flagWord(e.Broker, word) + " " + e.Kind
-		want = "declares it " + flagWord(e.Declared, word) + " " + e.Kind
-	default:
-		has = "with " + e.Arg + " " + e.Broker
-		if e.Broker == "" {
-			has = "without " + e.Arg
-		}
-		want = "declares " + e.Arg + " " + e.Declared
-		if e.Declared == "" {
-			want = "declares it without " + e.Arg
-		}
-	}
-	return fmt.Sprintf("%s %q exists on the broker %s; the flow %s; %s", e.Kind, e.Name, has, want, remedy)
-}
+// `queue "orders.charge" exists on the broker as a classic queue but the
+// flow declares it quorum; arguments {x-delivery-limit=20} here, {} there;
+// delete the queue or declare it as it is` ("here" is the declaration,
+// "there" the broker).
+func (e *DriftError) Error() string { return e.Difference.String() }
 
 // Is reports whether target is ErrDrift.
 func (e *DriftError) Is(target error) bool { return target == ErrDrift }
@@ -232,17 +204,4 @@ func orDefault(s, d string) string {
 		return d
 	}
 	return s
-}
-
-func flagWord(v, word string) string {
-	switch v {
-	case "true":
-		if strings.ContainsRune("aeiou", rune(word[0])) {
-			return "an " + word
-		}
-		return "a " + word
-	case "false":
-		return "a non-" + word
-	}
-	return word + "=" + v
 }

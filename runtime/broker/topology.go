@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"regexp"
+	"slices"
 	"sync"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -119,8 +120,9 @@ func floatArg(f float64) (any, error) {
 
 // Topology declares and checks exchanges, queues and bindings, and reads
 // queues for inspection and replay. Declarations share one channel, reopened
-// after a refusal closes it; passive checks use a throwaway channel each,
-// since a failed passive declare closes its channel. A Topology is safe for
+// after a refusal closes it; checks use a throwaway channel each, since a
+// failed declare closes its channel, and read the management API of the
+// Conn (ConnOptions.Management) where AMQP cannot tell. A Topology is safe for
 // concurrent use; the caller closes it (the Conn stays open).
 type Topology struct {
 	conn *Conn
@@ -169,50 +171,81 @@ func (t *Topology) declChannel(ctx context.Context) (*amqp.Channel, error) {
 }
 
 // DeclareExchange declares x, creating it when missing. An exchange that
-// exists with other settings gives a *DriftError.
+// exists with other settings gives a *DriftError naming every setting that
+// differs (see Topology.Check for how they are read).
 func (t *Topology) DeclareExchange(ctx context.Context, x Exchange) error {
 	args, err := Args(x.Args)
 	if err != nil {
 		return fmt.Errorf("declare exchange %q: %w", x.Name, err)
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	ch, err := t.declChannel(ctx)
-	if err != nil {
-		return fmt.Errorf("declare exchange %q: %w", x.Name, err)
-	}
-	err = t.conn.call(ctx, fmt.Sprintf("declare exchange %q", x.Name), func() error {
+	err = t.declare(ctx, fmt.Sprintf("declare exchange %q", x.Name), func(ch *amqp.Channel) error {
 		return ch.ExchangeDeclare(x.Name, x.Kind, x.Durable, x.AutoDelete, x.Internal, false, args)
 	})
 	if err != nil {
-		return declareError("exchange", x.Name, err)
+		return t.declareFailed(ctx, "exchange", x.Name, err, func(c *checker) (*Difference, error) {
+			return c.exchangeDrift(ctx, x, args)
+		})
 	}
 	t.log.Debug("exchange declared", "exchange", x.Name)
 	return nil
 }
 
 // DeclareQueue declares q, creating it when missing. A queue that exists with
-// another type or other arguments gives a *DriftError.
+// another type or other arguments gives a *DriftError naming every setting
+// that differs, the type first (see Topology.Check for how they are read).
 func (t *Topology) DeclareQueue(ctx context.Context, q Queue) error {
 	args, err := Args(q.Args)
 	if err != nil {
 		return fmt.Errorf("declare queue %q: %w", q.Name, err)
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	ch, err := t.declChannel(ctx)
-	if err != nil {
-		return fmt.Errorf("declare queue %q: %w", q.Name, err)
-	}
-	err = t.conn.call(ctx, fmt.Sprintf("declare queue %q", q.Name), func() error {
+	err = t.declare(ctx, fmt.Sprintf("declare queue %q", q.Name), func(ch *amqp.Channel) error {
 		_, err := ch.QueueDeclare(q.Name, q.Durable, q.AutoDelete, q.Exclusive, false, args)
 		return err
 	})
 	if err != nil {
-		return declareError("queue", q.Name, err)
+		return t.declareFailed(ctx, "queue", q.Name, err, func(c *checker) (*Difference, error) {
+			return c.queueDrift(ctx, q, args)
+		})
 	}
 	t.log.Debug("queue declared", "queue", q.Name)
 	return nil
+}
+
+// declare runs fn on the shared declaring channel.
+func (t *Topology) declare(ctx context.Context, what string, fn func(ch *amqp.Channel) error) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ch, err := t.declChannel(ctx)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return t.conn.call(ctx, what, func() error { return fn(ch) })
+}
+
+// declareFailed translates a refused declaration. The refusal names one
+// setting; read (the management API, or further refusals) names the rest.
+// When reading fails, the error names the one setting.
+func (t *Topology) declareFailed(ctx context.Context, kind, name string, err error, read func(*checker) (*Difference, error)) error {
+	err = declareError(kind, name, err)
+	var de *DriftError
+	if !errors.As(err, &de) {
+		return err
+	}
+	d, rerr := read(&checker{t: t, m: t.conn.mgmt})
+	if rerr != nil {
+		t.log.Debug("drift not read beyond the refusal", kind, name, "error", rerr)
+		return de
+	}
+	if d == nil {
+		return de
+	}
+	for _, s := range de.Settings {
+		if !slices.ContainsFunc(d.Settings, func(x Setting) bool { return x.Name == s.Name }) {
+			d.Settings = sortSettings(append(d.Settings, s))
+		}
+	}
+	de.Difference = *d
+	return de
 }
 
 // Bind binds b.Queue to b.Exchange with b.RoutingKey.
@@ -411,31 +444,60 @@ func (e *codedError) Unwrap() error        { return e.err }
 func (e *codedError) Is(target error) bool { return target == e.is }
 
 // inequivalent parses RabbitMQ's PRECONDITION_FAILED text, only to word the
-// error; the decision that it is drift is made on the reply code.
+// error and, in a probe, to learn the broker's value; the decision that it
+// is drift is made on the reply code.
 var inequivalent = regexp.MustCompile(`inequivalent arg '([^']*)' for (?:queue|exchange) '.*' in vhost '.*': received (.*) but current is (.*)$`)
 
-var argText = regexp.MustCompile(`^(?:the value '(.*)' of type '[^']*'|'(.*)')$`)
-
+// declareError translates a refused declaration: a PRECONDITION_FAILED
+// becomes a *DriftError naming the one setting the refusal names.
 func declareError(kind, name string, err error) error {
 	var ae *amqp.Error
 	if !errors.As(err, &ae) || ae.Code != amqp.PreconditionFailed {
 		return notFound(fmt.Errorf("declare %s %q: %w", kind, name, err))
 	}
-	d := &DriftError{Kind: kind, Name: name, Reason: ae.Reason, Err: ae}
-	if m := inequivalent.FindStringSubmatch(ae.Reason); m != nil {
-		d.Arg = m[1]
-		d.Declared = argValueText(m[2])
-		d.Broker = argValueText(m[3])
+	d := &DriftError{Difference: Difference{Kind: kind, Name: name, Partial: true}, Reason: ae.Reason, Err: ae}
+	if s, ok := refusedSetting(kind, ae.Reason); ok {
+		d.Settings = []Setting{s}
+	} else {
+		d.Refusal = ae.Reason
 	}
 	return d
 }
 
-func argValueText(s string) string {
-	if s == "none" {
-		return ""
+// refusedSetting is the setting one refusal names, with both values.
+func refusedSetting(kind, reason string) (Setting, bool) {
+	m := inequivalent.FindStringSubmatch(reason)
+	if m == nil {
+		return Setting{}, false
 	}
-	if m := argText.FindStringSubmatch(s); m != nil {
-		return m[1] + m[2]
+	declared, dok := refusedText(m[2])
+	broker, bok := refusedText(m[3])
+	if !dok || !bok {
+		return Setting{}, false
 	}
-	return s
+	s := Setting{Name: m[1], Declared: declared, Broker: broker}
+	switch {
+	case kind == "queue" && s.Name == "x-queue-type":
+		s.Name, s.Declared, s.Broker = "type", orDefault(declared, "classic"), orDefault(broker, "classic")
+	case s.Name == "type" && kind == "exchange":
+	case settingOrder[s.Name] > 0:
+	default:
+		s.Arg = true
+	}
+	return s, true
+}
+
+// refusedText is a value as a refusal writes it (none, 'X', the value 'X'
+// of type 'T'), as text; none is "".
+func refusedText(text string) (string, bool) {
+	if text == "none" {
+		return "", true
+	}
+	if m := typedText.FindStringSubmatch(text); m != nil {
+		return m[1], true
+	}
+	if m := quotedText.FindStringSubmatch(text); m != nil {
+		return m[1], true
+	}
+	return "", false
 }

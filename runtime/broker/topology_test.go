@@ -42,7 +42,7 @@ func TestDeclaringQuorumOverAClassicQueueSaysSoInWords(t *testing.T) {
 	q := e.queue("orders.charge", "classic")
 
 	err := e.topo.DeclareQueue(t.Context(), Queue{Name: q, Durable: true, Args: map[string]any{"x-queue-type": "quorum"}})
-	want := `queue "` + q + `" exists on the broker as a classic queue; the flow declares it quorum; delete the queue or declare it as it is`
+	want := `queue "` + q + `" exists on the broker as a classic queue but the flow declares it quorum; delete the queue or declare it as it is`
 	var de *DriftError
 	if !errors.As(err, &de) || err.Error() != want {
 		t.Fatalf("DeclareQueue(quorum over classic) =\n %v\nwant\n %s", err, want)
@@ -74,7 +74,7 @@ func TestDeclareReportsEveryProblemAtOnce(t *testing.T) {
 	if err == nil {
 		t.Fatal("Declare = nil, want the exchange and queue drift")
 	}
-	for _, want := range []string{`exchange "` + x + `" exists on the broker as a direct exchange`, `queue "` + q1 + `" exists on the broker as a classic queue`} {
+	for _, want := range []string{`exchange "` + x + `" exists on the broker as a direct exchange but the flow declares it topic`, `queue "` + q1 + `" exists on the broker as a classic queue but the flow declares it quorum`} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("Declare = %q, want it to contain %q", err, want)
 		}
