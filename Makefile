@@ -32,7 +32,7 @@ test: services build
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 25m ./...
 	$(GO) test -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime 15s -fuzzminimizetime 5s ./spec
-	$(GO) test -run '^$$' -fuzz '^FuzzParseItinerary$$' -fuzztime 10s -fuzzminimizetime 5s ./runtime
+	$(GO) test -run '^$$' -fuzz '^FuzzParseItinerary$$' -fuzztime 10s -fuzzminimizetime 5s ./runtime/decide
 	$(MAKE) -s chaos-short
 
 fuzz:
@@ -50,7 +50,7 @@ run: build
 
 # Speed, as ratios against raw amqp091-go in the same run (see DESIGN.md).
 bench: services build
-	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 ./test/bench ./plugins/host ./runtime ./spec
+	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 ./test/bench ./plugins/host ./runtime/decide ./spec
 
 # Long fault injection under load (a short form runs in `make test`).
 chaos: services build

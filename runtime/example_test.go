@@ -8,6 +8,8 @@ import (
 	"testing/fstest"
 
 	"github.com/acemq/acemq-flow/runtime"
+	"github.com/acemq/acemq-flow/runtime/decide"
+	"github.com/acemq/acemq-flow/runtime/plan"
 	"github.com/acemq/acemq-flow/spec"
 )
 
@@ -27,15 +29,15 @@ pipelines:
 	if err != nil {
 		log.Fatal(err)
 	}
-	plan, err := runtime.Compile(set.Flows)
+	pl, err := plan.Compile(set.Flows)
 	if err != nil {
 		log.Fatal(err)
 	}
-	rt, err := runtime.New(plan, runtime.Options{
+	rt, err := runtime.New(pl, runtime.Options{
 		AMQPURL: "amqp://guest:guest@localhost:5672/",
 		Handlers: map[string]runtime.HandlerFunc{
-			"words.shout": func(_ context.Context, req runtime.Request) (runtime.Result, error) {
-				return runtime.Result{Payload: req.Payload}, nil
+			"words.shout": func(_ context.Context, req runtime.Request) (decide.Result, error) {
+				return decide.Result{Payload: req.Payload}, nil
 			},
 		},
 	})

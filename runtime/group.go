@@ -14,6 +14,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/acemq/acemq-flow/runtime/broker"
+	"github.com/acemq/acemq-flow/runtime/decide"
+	"github.com/acemq/acemq-flow/runtime/plan"
+	"github.com/acemq/acemq-flow/runtime/wire"
 	"github.com/acemq/acemq-flow/stores"
 )
 
@@ -27,16 +30,24 @@ const (
 // ErrGroupSize is returned when scaling a group below one consumer.
 var ErrGroupSize = errors.New("a group needs at least one consumer")
 
+// ErrOutOfRange is returned for a prefetch outside 1 to MaxPrefetch.
+var ErrOutOfRange = errors.New("out of range")
+
+// MaxPrefetch is the largest prefetch a consumer group's broker consumer
+// takes: basic.qos counts unacknowledged messages in 16 bits.
+const MaxPrefetch = broker.MaxPrefetch
+
 // group is one consumer group (listeners.txt, "Every listener is a group,
 // even at concurrency one"): a queue, a handler, size consumers (handlers
 // at once, on one broker subscription of size × prefetch, on a channel of
 // its own), and counters.
 type group struct {
 	r     *Runtime
-	c     *Consumer
+	c     *plan.Consumer
 	log   *slog.Logger
-	call  func(ctx context.Context, req Request) (Result, error)
+	call  func(ctx context.Context, req Request) (decide.Result, error)
 	tmo   time.Duration
+	step  stepFunc   // the delivery's way from inbound message to decision
 	gate  *claimGate // nil unless the consumer is idempotent
 	route []string   // the pipeline's declared route, for steps
 
@@ -82,7 +93,7 @@ type member struct {
 	left   int // deliveries left in flight when it drained
 }
 
-func (r *Runtime) newGroup(c *Consumer) *group {
+func (r *Runtime) newGroup(c *plan.Consumer) *group {
 	call, tmo := r.callerFor(c)
 	g := &group{r: r, c: c, call: call, tmo: tmo, route: r.routes[c.Pipeline], state: StateStopped, size: max(c.Concurrency, 1), prefetch: c.Prefetch,
 		log:    r.log.With("flow", c.Flow, "consumer", c.ID, "queue", c.Queue),
@@ -99,10 +110,11 @@ func (r *Runtime) newGroup(c *Consumer) *group {
 	if c.Idempotent && r.opts.Store != nil {
 		g.gate = newClaimGate(r.opts.Store, c.ID, r.opts.ClaimTimeout, r.log)
 	}
+	g.step = g.steps()
 	return g
 }
 
-var outcomes = []string{OutcomeAcknowledged, OutcomeStopped, OutcomeRetried, OutcomeDeadLettered, OutcomeDuplicate, OutcomeInProgress, OutcomeRejected}
+var outcomes = []string{decide.OutcomeAcknowledged, decide.OutcomeStopped, decide.OutcomeRetried, decide.OutcomeDeadLettered, decide.OutcomeDuplicate, decide.OutcomeInProgress, OutcomeRejected}
 
 // OutcomeRejected counts deliveries handed back to the broker (requeued)
 // because what they produced could not be published.
@@ -116,7 +128,7 @@ func (g *group) start(ctx context.Context) error {
 	if g.state == StateRunning {
 		return nil
 	}
-	if g.r.runCtx.Err() != nil {
+	if g.r.draining() {
 		// Run drains, or has returned: a consumer started now would run
 		// on closed connections, with nothing to stop it.
 		return fmt.Errorf("consumer %q: %w", g.c.ID, ErrShuttingDown)
@@ -153,14 +165,23 @@ func groupPrefetch(prefetch, size int) int {
 // size × prefetch because basic.qos carries no more.
 func (g *group) warnPrefetchCap(prefetch, size int) {
 	if prefetch*size > broker.MaxPrefetch {
-		g.log.Warn(fmt.Sprintf("consumer %s: %d handlers of prefetch %d would take %d messages, but the broker consumer's prefetch is at most %d; it gets %d",
-			g.c.ID, size, prefetch, prefetch*size, broker.MaxPrefetch, broker.MaxPrefetch))
+		g.log.Warn("the group's broker consumer gets less than handlers × prefetch: basic.qos carries at most max_prefetch",
+			"handlers", size, "prefetch", prefetch, "wanted", prefetch*size, "max_prefetch", broker.MaxPrefetch)
 	}
 }
 
 // add starts the group's member; the caller holds g.mu.
 func (g *group) add() {
-	ctx, cancel := context.WithCancel(g.r.runCtx)
+	// The member's context ends when the group removes it, or when Run
+	// drains: every member is told at once, and drains beside the others.
+	ctx, cancel := context.WithCancel(context.Background())
+	g.r.wg.Go(func() {
+		select {
+		case <-g.r.stopping:
+			cancel()
+		case <-ctx.Done():
+		}
+	})
 	m := &member{cancel: cancel, done: make(chan struct{}),
 		bc: broker.NewConsumer(g.r.consume, broker.ConsumerOptions{Queue: g.c.Queue, Tag: g.c.ID, Prefetch: groupPrefetch(g.prefetch, g.size),
 			Subscriptions: 1, Concurrency: g.size, DrainTimeout: g.r.opts.DrainTimeout, Log: g.r.log.With("flow", g.c.Flow, "consumer", g.c.ID)})}
@@ -212,7 +233,8 @@ func (g *group) stop() {
 // reportDrain logs the drain's result, naming what was left.
 func (g *group) reportDrain(left int) {
 	if left > 0 {
-		g.log.Warn(fmt.Sprintf("consumer %s still had %d message(s) in flight after %s; they will be redelivered", g.c.ID, left, g.r.opts.DrainTimeout))
+		g.log.Warn("consumer drained with messages still in flight after the drain timeout; they will be redelivered",
+			"left_for_redelivery", left, "drain_timeout", g.r.opts.DrainTimeout)
 		return
 	}
 	g.log.Info("consumer drained")
@@ -241,7 +263,7 @@ func (g *group) scale(n int) error {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.r.runCtx.Err() != nil {
+	if g.r.draining() {
 		return fmt.Errorf("consumer %q: %w", g.c.ID, ErrShuttingDown)
 	}
 	if n == g.size {
@@ -270,9 +292,10 @@ func (g *group) scale(n int) error {
 func (g *group) restart() error {
 	left := g.remove()
 	if left > 0 {
-		g.log.Warn(fmt.Sprintf("consumer %s restarted with %d message(s) still in flight after %s; they will be redelivered", g.c.ID, left, g.r.opts.DrainTimeout))
+		g.log.Warn("consumer restarted with messages still in flight after the drain timeout; they will be redelivered",
+			"left_for_redelivery", left, "drain_timeout", g.r.opts.DrainTimeout)
 	}
-	if g.r.runCtx.Err() != nil {
+	if g.r.draining() {
 		g.state = StateStopped
 		g.prepared = false
 		g.show()
@@ -287,11 +310,11 @@ func (g *group) restart() error {
 // group; a running group restarts its broker consumer with it.
 func (g *group) setPrefetch(n int) error {
 	if n < 1 || n > broker.MaxPrefetch {
-		return badRequest{fmt.Errorf("consumer %q: prefetch %d is out of range; give 1 to %d", g.c.ID, n, broker.MaxPrefetch)}
+		return fmt.Errorf("consumer %q: prefetch %d is %w; give 1 to %d", g.c.ID, n, ErrOutOfRange, MaxPrefetch)
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.r.runCtx.Err() != nil {
+	if g.r.draining() {
 		// A restart now would start a consumer while Run drains.
 		return fmt.Errorf("consumer %q: %w", g.c.ID, ErrShuttingDown)
 	}
@@ -306,59 +329,22 @@ func (g *group) setPrefetch(n int) error {
 	return nil
 }
 
-// handle runs one delivery: check, call, decide, then publish what the
-// decision says and acknowledge only once every publish is confirmed.
-func (g *group) handle(ctx context.Context, d *broker.Delivery) {
+// handle runs one delivery through the group's step (its wrappers: the
+// payload checks, the claim gate, the call; see step.go), then publishes
+// what the decision says and acknowledges only once every publish is
+// confirmed.
+func (g *group) handle(ctx context.Context, bd *broker.Delivery) {
 	g.inflight.Add(1)
 	g.mInflight.Inc()
-	in := InboundFrom(d.Delivery)
-	dec := Precheck(g.c, in, time.Now())
-	var ticket *Ticket
-	if dec == nil && g.gate != nil {
-		// Claim before the work (patterns.txt, "Claim, then work, then
-		// confirm"); a store failure is a retryable failure of the
-		// delivery, never taken as an answer.
-		t, state, err := g.gate.Begin(ctx, in.Env.MessageID)
-		switch {
-		case errors.Is(err, ErrNoMessageID):
-			dl := deadLetter(g.c, in, KindFatal, err.Error(), time.Now())
-			dec = &dl
-		case err != nil:
-			rd := Decide(g.c, g.route, in, Result{}, fmt.Errorf("idempotency store: %w", err), time.Now(), rand.Float64())
-			dec = &rd
-		case state == stores.AlreadyConfirmed:
-			dec = &Decision{Outcome: OutcomeDuplicate}
-		case state == stores.InProgress:
-			ip := InProgress(g.c, in)
-			dec = &ip
-		default:
-			ticket = &t
-		}
-	}
-	if dec == nil {
-		cctx := ctx
-		if g.tmo > 0 {
-			var cancel context.CancelFunc
-			cctx, cancel = context.WithTimeout(ctx, g.tmo)
-			defer cancel()
-		}
-		start := time.Now()
-		res, err := g.call(cctx, Request{Handler: g.c.Handler, Envelope: in.Env, Payload: in.Body})
-		end := time.Now()
-		g.mDuration.Observe(end.Sub(start).Seconds())
-		if err != nil && g.log.Enabled(ctx, slog.LevelDebug) {
-			g.log.Debug("handler failed", "message_id", in.Env.MessageID, "attempt", in.Env.Attempt, "error", err, "duration", end.Sub(start))
-		}
-		d2 := Decide(g.c, g.route, in, res, err, end, rand.Float64())
-		dec = &d2
-	}
-	g.carryOut(ctx, d, in, *dec, ticket)
+	d := &delivery{in: decide.InboundOf(wire.Message(&bd.Delivery))}
+	dec := g.step(ctx, d)
+	g.carryOut(ctx, bd, d.in, dec, d.ticket)
 }
 
 // succeeded reports whether a decision ends the handling of a claimed
 // delivery as done (to be confirmed), rather than failed (to be released).
-func succeeded(dec Decision) bool {
-	return dec.Outcome == OutcomeAcknowledged || dec.Outcome == OutcomeStopped
+func succeeded(dec decide.Decision) bool {
+	return dec.Outcome == decide.OutcomeAcknowledged || dec.Outcome == decide.OutcomeStopped
 }
 
 // release gives up the claim of a delivery whose handling failed, so its
@@ -376,7 +362,7 @@ func (g *group) release(ctx context.Context, t *Ticket) {
 // confirmAndSettle records a claimed delivery as handled, after its output
 // was confirmed by the broker and before the acknowledgement (see
 // idempotency.go for why this order), then acknowledges it.
-func (g *group) confirmAndSettle(ctx context.Context, d *broker.Delivery, in Inbound, dec Decision, t *Ticket) {
+func (g *group) confirmAndSettle(ctx context.Context, d *broker.Delivery, in decide.Inbound, dec decide.Decision, t *Ticket) {
 	if t != nil {
 		if err := g.gate.Confirm(ctx, *t); err != nil {
 			if errors.Is(err, stores.ErrStaleClaim) {
@@ -389,7 +375,7 @@ func (g *group) confirmAndSettle(ctx context.Context, d *broker.Delivery, in Inb
 	g.settle(d, in, dec)
 }
 
-func (g *group) carryOut(ctx context.Context, d *broker.Delivery, in Inbound, dec Decision, t *Ticket) {
+func (g *group) carryOut(ctx context.Context, d *broker.Delivery, in decide.Inbound, dec decide.Decision, t *Ticket) {
 	if t != nil && !succeeded(dec) {
 		g.release(ctx, t)
 		t = nil
@@ -402,8 +388,8 @@ func (g *group) carryOut(ctx context.Context, d *broker.Delivery, in Inbound, de
 		}
 		g.settle(d, in, dec)
 	}
-	own, replies := dec.Publish, []Publish(nil)
-	if slices.ContainsFunc(own, func(p Publish) bool { return p.BestEffort }) {
+	own, replies := dec.Publish, []decide.Publish(nil)
+	if slices.ContainsFunc(own, func(p decide.Publish) bool { return p.BestEffort }) {
 		own = nil
 		for _, p := range dec.Publish {
 			if p.BestEffort {
@@ -419,7 +405,7 @@ func (g *group) carryOut(ctx context.Context, d *broker.Delivery, in Inbound, de
 	// reply that fails is logged and holds nothing back: the run has ended,
 	// and the requester may be gone.
 	sendReplies := func() {
-		g.publishAll(ctx, replies, func(p Publish, err error) {
+		g.publishAll(ctx, replies, func(p decide.Publish, err error) {
 			if errors.Is(err, broker.ErrUnroutable) {
 				g.log.Warn("reply not delivered: nothing listens on reply_to any more", "message_id", in.Env.MessageID, "routing_key", p.RoutingKey)
 				return
@@ -446,7 +432,7 @@ func (g *group) carryOut(ctx context.Context, d *broker.Delivery, in Inbound, de
 // publishAll publishes ps and calls done once every one is confirmed or
 // failed, with the first failure; failed, when not nil, is called for each
 // failure. With nothing to publish, done is called at once.
-func (g *group) publishAll(ctx context.Context, ps []Publish, failed func(Publish, error), done func(error)) {
+func (g *group) publishAll(ctx context.Context, ps []decide.Publish, failed func(decide.Publish, error), done func(error)) {
 	if len(ps) == 0 {
 		done(nil)
 		return
@@ -472,7 +458,7 @@ func (g *group) publishAll(ctx context.Context, ps []Publish, failed func(Publis
 				done(first)
 			}
 		}
-		if err := g.r.pub.PublishFunc(ctx, p.Message, cb); err != nil {
+		if err := g.r.pub.PublishFunc(ctx, wire.Publishing(p.Message), cb); err != nil {
 			cb(err)
 		}
 	}
@@ -483,7 +469,7 @@ func (g *group) finish() {
 	g.mInflight.Dec()
 }
 
-func (g *group) settle(d *broker.Delivery, in Inbound, dec Decision) {
+func (g *group) settle(d *broker.Delivery, in decide.Inbound, dec decide.Decision) {
 	defer g.finish()
 	if err := d.Ack(); err != nil {
 		// The channel closed first: the broker requeues the delivery.
@@ -492,14 +478,14 @@ func (g *group) settle(d *broker.Delivery, in Inbound, dec Decision) {
 	}
 	g.count(dec.Outcome)
 	switch dec.Outcome {
-	case OutcomeRetried:
+	case decide.OutcomeRetried:
 		g.log.Warn("delivery retried", "message_id", in.Env.MessageID, "attempt", in.Env.Attempt, "rung", dec.Rung, "error", dec.Reason)
-	case OutcomeDeadLettered:
+	case decide.OutcomeDeadLettered:
 		g.mDead.Inc()
 		g.log.Warn("delivery dead-lettered", "message_id", in.Env.MessageID, "attempt", in.Env.Attempt, "error", dec.Reason)
 	default:
 		if g.log.Enabled(context.Background(), slog.LevelDebug) {
-			g.log.Debug("delivery "+dec.Outcome, "message_id", in.Env.MessageID)
+			g.log.Debug("delivery settled", "outcome", dec.Outcome, "message_id", in.Env.MessageID)
 		}
 	}
 }
@@ -524,17 +510,17 @@ func (g *group) count(outcome string) {
 // once, it would come straight back and fail the same way. Anything else
 // (the connection lost, the runtime stopping) leaves the message to the
 // broker, requeued, to be handled again.
-func (g *group) publishFailed(ctx context.Context, d *broker.Delivery, in Inbound, dec Decision, err error, t *Ticket) {
+func (g *group) publishFailed(ctx context.Context, d *broker.Delivery, in decide.Inbound, dec decide.Decision, err error, t *Ticket) {
 	refused := errors.Is(err, broker.ErrUnroutable) || broker.MissingExchange(err) || errors.Is(err, broker.ErrNacked) ||
 		errors.Is(err, broker.ErrInvalidMessage)
 	now := time.Now()
 	switch {
 	case !refused:
-	case dec.Outcome == OutcomeDeadLettered && !dec.Parked:
-		g.log.Error("dead-letter queue refused the message; parking it", "message_id", in.Env.MessageID, "queue", DeadLetterQueue(g.c.Queue), "error", err)
-		g.carryOut(ctx, d, in, park(g.c, dec, err), t)
+	case dec.Outcome == decide.OutcomeDeadLettered && !dec.Parked:
+		g.log.Error("dead-letter queue refused the message; parking it", "message_id", in.Env.MessageID, "queue", plan.DeadLetterQueue(g.c.Queue), "error", err)
+		g.carryOut(ctx, d, in, decide.Park(g.c, dec, err), t)
 		return
-	case dec.Outcome == OutcomeDeadLettered || dec.Outcome == OutcomeInProgress:
+	case dec.Outcome == decide.OutcomeDeadLettered || dec.Outcome == decide.OutcomeInProgress:
 		g.release(ctx, t)
 		g.log.Error("message could be neither dead-lettered nor parked nor delayed; it goes back to its queue after a wait",
 			"message_id", in.Env.MessageID, "outcome", dec.Outcome, "wait", holdBeforeRequeue, "error", err)
@@ -551,23 +537,23 @@ func (g *group) publishFailed(ctx context.Context, d *broker.Delivery, in Inboun
 			}
 		})
 		return
-	case dec.Outcome == OutcomeRetried:
+	case dec.Outcome == decide.OutcomeRetried:
 		g.log.Warn("retry rung refused the message; dead-lettering it", "message_id", in.Env.MessageID, "rung", dec.Rung, "error", err)
-		g.carryOut(ctx, d, in, deadLetter(g.c, in, KindFatal, fmt.Sprintf("%s; it could not be retried: %s refused it: %v", dec.Reason, dec.Rung, err), now), t)
+		g.carryOut(ctx, d, in, decide.DeadLetter(g.c, in, decide.KindFatal, fmt.Sprintf("%s; it could not be retried: %s refused it: %v", dec.Reason, dec.Rung, err), now), t)
 		return
 	case errors.Is(err, broker.ErrNacked):
 		g.log.Warn("result refused by the broker; retrying the message", "message_id", in.Env.MessageID, "error", err)
-		rd := retry(g.c, in, fmt.Errorf("the result was refused by the broker: %w", err), now, rand.Float64())
+		rd := decide.Retry(g.c, in, fmt.Errorf("the result was refused by the broker: %w", err), now, rand.Float64())
 		g.carryOut(ctx, d, in, rd, t)
 		return
 	case errors.Is(err, broker.ErrInvalidMessage):
 		g.log.Warn("result cannot be published; dead-lettering the message", "message_id", in.Env.MessageID, "error", err)
-		dl := deadLetter(g.c, in, KindFatal, "the result could not be published: "+err.Error(), now)
+		dl := decide.DeadLetter(g.c, in, decide.KindFatal, "the result could not be published: "+err.Error(), now)
 		g.carryOut(ctx, d, in, dl, t)
 		return
 	default:
 		g.log.Warn("result unroutable; dead-lettering the message", "message_id", in.Env.MessageID, "error", err)
-		dl := deadLetter(g.c, in, KindFatal, "the result could not be routed: "+err.Error(), now)
+		dl := decide.DeadLetter(g.c, in, decide.KindFatal, "the result could not be routed: "+err.Error(), now)
 		g.carryOut(ctx, d, in, dl, t)
 		return
 	}

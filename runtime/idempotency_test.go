@@ -18,18 +18,6 @@ import (
 	"github.com/acemq/acemq-flow/test/testenv"
 )
 
-// fakeClock is a store clock that moves only when told.
-type fakeClock struct{ ns atomic.Int64 }
-
-func newFakeClock() *fakeClock {
-	c := &fakeClock{}
-	c.ns.Store(time.Date(2026, 9, 9, 14, 0, 0, 0, time.UTC).UnixNano())
-	return c
-}
-
-func (c *fakeClock) Now() time.Time          { return time.Unix(0, c.ns.Load()).UTC() }
-func (c *fakeClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
-
 // gateStep is one call in a gate scenario: on gate "a" or "b" (two
 // replicas of one consumer) or "other" (another consumer), begin, confirm
 // or release message id, or advance the clock.
@@ -95,7 +83,7 @@ func TestClaimGateProtocol(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			clock := newFakeClock()
+			clock := testenv.NewClock()
 			st, err := memory.Open(stores.Options{ClaimTimeout: lease, Now: clock.Now})
 			if err != nil {
 				t.Fatal(err)
@@ -330,7 +318,7 @@ func TestClaimCoalescerStoreErrorReachesEveryCaller(t *testing.T) {
 }
 
 func TestClaimGateReleasesAbandonedClaims(t *testing.T) {
-	clock := newFakeClock()
+	clock := testenv.NewClock()
 	st, err := memory.Open(stores.Options{Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/acemq/acemq-flow/plugins/host"
+	"github.com/acemq/acemq-flow/runtime/plan"
 	"github.com/acemq/acemq-flow/spec"
 )
 
@@ -16,7 +17,7 @@ import (
 // command, args, env and folder), asks each which handlers it serves, stops
 // it, and reports every handler the flows use that is missing or whose
 // declared types disagree with the flow's (`validate --plugins`).
-func CheckPlugins(ctx context.Context, plan *Plan) spec.Diagnostics {
+func CheckPlugins(ctx context.Context, pl *plan.Plan) spec.Diagnostics {
 	var ds spec.Diagnostics
 	type served struct {
 		handlers map[string]host.HandlerInfo
@@ -24,7 +25,7 @@ func CheckPlugins(ctx context.Context, plan *Plan) spec.Diagnostics {
 	}
 	byFlowPlugin := map[string]*served{}
 	byKey := map[string]*served{}
-	for _, p := range plan.Plugins {
+	for _, p := range pl.Plugins {
 		if s, ok := byKey[pluginKey(p)]; ok {
 			byFlowPlugin[p.File+"\x00"+p.Name] = s
 			continue
@@ -32,7 +33,7 @@ func CheckPlugins(ctx context.Context, plan *Plan) spec.Diagnostics {
 		s := &served{handlers: map[string]host.HandlerInfo{}}
 		byFlowPlugin[p.File+"\x00"+p.Name] = s
 		byKey[pluginKey(p)] = s
-		started, err := host.Start(ctx, p.hostConfig(slog.New(slog.DiscardHandler)))
+		started, err := host.Start(ctx, hostConfig(p, slog.New(slog.DiscardHandler)))
 		if err != nil {
 			s.err = err
 			ds = append(ds, spec.Diagnostic{Pos: p.At, Severity: spec.Error, Code: "plugin-start",
@@ -68,10 +69,10 @@ func CheckPlugins(ctx context.Context, plan *Plan) spec.Diagnostics {
 				Hint: "make the flow's type and the handler's agree"})
 		}
 	}
-	for _, c := range plan.Consumers {
+	for _, c := range pl.Consumers {
 		check(c.At, c.File.File, c.Handler, c.Input, c.Output, fmt.Sprintf("consumer %q", c.ID))
 	}
-	for _, s := range plan.Sagas {
+	for _, s := range pl.Sagas {
 		for _, st := range s.Steps {
 			file := s.At.File
 			check(s.At, file, st.Handler, "", "", fmt.Sprintf("saga %q step %q", s.Name, st.Name))

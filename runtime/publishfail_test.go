@@ -10,6 +10,9 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/acemq/acemq-flow/runtime"
+	"github.com/acemq/acemq-flow/runtime/decide"
+	"github.com/acemq/acemq-flow/runtime/plan"
+	"github.com/acemq/acemq-flow/test/runtimetest"
 	"github.com/acemq/acemq-flow/test/testenv"
 )
 
@@ -35,11 +38,11 @@ func TestResultToAMissingExchangeIsDeadLettered(t *testing.T) {
 	ch := channelOn(t, url)()
 	slip := `{"steps":[{"exchange":"","routingKey":"p.a","name":"a"},{"exchange":"no-such-exchange","routingKey":"k","name":"b"}],"done":[]}`
 	if err := ch.PublishWithContext(t.Context(), "", "p.a", false, false, amqp.Publishing{MessageId: "m-1", ContentType: "application/json",
-		Headers: amqp.Table{runtime.HeaderSlip: slip}, Body: []byte(`{"id":1}`)}); err != nil {
+		Headers: amqp.Table{plan.HeaderSlip: slip}, Body: []byte(`{"id":1}`)}); err != nil {
 		t.Fatal(err)
 	}
 	dl := deadLettered(t, ch, "p.a.dlq", calls)
-	if reason, _ := dl.Headers[runtime.HeaderError].(string); !strings.Contains(reason, "could not be routed") || !strings.Contains(reason, "no-such-exchange") {
+	if reason, _ := dl.Headers[plan.HeaderError].(string); !strings.Contains(reason, "could not be routed") || !strings.Contains(reason, "no-such-exchange") {
 		t.Errorf("dead-lettered with reason %q, want one saying the result could not be routed to no-such-exchange", reason)
 	}
 	if n := calls.Load(); n != 1 {
@@ -76,11 +79,11 @@ func TestResultRefusedByTheBrokerGoesRoundTheRetryLadder(t *testing.T) {
 		}
 	}
 	dl := deadLettered(t, ch, "p.a.dlq", calls)
-	if reason, _ := dl.Headers[runtime.HeaderError].(string); !strings.Contains(reason, "refused by the broker") {
+	if reason, _ := dl.Headers[plan.HeaderError].(string); !strings.Contains(reason, "refused by the broker") {
 		t.Errorf("dead-lettered with reason %q, want one saying the broker refused the result", reason)
 	}
-	if attempt, _ := dl.Headers[runtime.HeaderAttempt].(int64); attempt != 2 {
-		t.Errorf("dead-lettered at attempt %v, want 2 (headers %v)", dl.Headers[runtime.HeaderAttempt], dl.Headers)
+	if attempt, _ := dl.Headers[plan.HeaderAttempt].(int64); attempt != 2 {
+		t.Errorf("dead-lettered at attempt %v, want 2 (headers %v)", dl.Headers[plan.HeaderAttempt], dl.Headers)
 	}
 	// One result reached b; the other message was handled once per attempt.
 	if q, err := ch.QueueDeclarePassive("p.b", true, false, false, false, nil); err != nil || q.Messages != 1 {
@@ -95,11 +98,11 @@ func TestResultRefusedByTheBrokerGoesRoundTheRetryLadder(t *testing.T) {
 func startEchoCounting(t *testing.T, url, flow string) *atomic.Int64 {
 	t.Helper()
 	var calls atomic.Int64
-	handler := func(_ context.Context, req runtime.Request) (runtime.Result, error) {
+	handler := func(_ context.Context, req runtime.Request) (decide.Result, error) {
 		calls.Add(1)
-		return runtime.Result{Payload: req.Payload}, nil
+		return decide.Result{Payload: req.Payload}, nil
 	}
-	startInProcess(t, url, flow, runtime.Options{Handlers: map[string]runtime.HandlerFunc{"k.echo": handler}})
+	runtimetest.Start(t, url, flow, runtime.Options{Handlers: map[string]runtime.HandlerFunc{"k.echo": handler}})
 	return &calls
 }
 
@@ -159,10 +162,10 @@ func counters(t *testing.T, rt *runtime.Runtime, id, outcome string, want int64)
 func TestARefusedReplyHoldsNothingBack(t *testing.T) {
 	url := testenv.VHost(t)
 	var calls atomic.Int64
-	rt, _ := startInProcess(t, url, replyFlow, runtime.Options{Handlers: map[string]runtime.HandlerFunc{
-		"k.echo": func(_ context.Context, req runtime.Request) (runtime.Result, error) {
+	rt, _ := runtimetest.Start(t, url, replyFlow, runtime.Options{Handlers: map[string]runtime.HandlerFunc{
+		"k.echo": func(_ context.Context, req runtime.Request) (decide.Result, error) {
 			calls.Add(1)
-			return runtime.Result{Payload: req.Payload}, nil
+			return decide.Result{Payload: req.Payload}, nil
 		}}})
 	ch := channelOn(t, url)()
 	if _, err := ch.QueueDeclare("full-replies", false, false, false, false,
@@ -173,15 +176,15 @@ func TestARefusedReplyHoldsNothingBack(t *testing.T) {
 		ReplyTo: "full-replies", Body: []byte(`{"id":1}`)}); err != nil {
 		t.Fatal(err)
 	}
-	got := counters(t, rt, "p.a", runtime.OutcomeAcknowledged, 1)
+	got := counters(t, rt, "p.a", decide.OutcomeAcknowledged, 1)
 	// A second message, without reply_to, is handled after the first: once
 	// it is counted, the first had every chance to come round again.
 	if err := ch.PublishWithContext(t.Context(), "", "p.a", false, false, amqp.Publishing{MessageId: "m-2", ContentType: "application/json",
 		Body: []byte(`{"id":2}`)}); err != nil {
 		t.Fatal(err)
 	}
-	got = counters(t, rt, "p.a", runtime.OutcomeAcknowledged, 2)
-	if n := calls.Load(); n != 2 || got[runtime.OutcomeRetried] != 0 || got[runtime.OutcomeDeadLettered] != 0 {
+	got = counters(t, rt, "p.a", decide.OutcomeAcknowledged, 2)
+	if n := calls.Load(); n != 2 || got[decide.OutcomeRetried] != 0 || got[decide.OutcomeDeadLettered] != 0 {
 		t.Fatalf("the handler ran %d times for two messages, counters %v; want 2 runs, nothing retried or dead-lettered", n, got)
 	}
 }
@@ -197,11 +200,11 @@ func TestADeadLetterTheDLQRefusesIsParked(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := ch.PublishWithContext(t.Context(), "", "p.a", false, false, amqp.Publishing{MessageId: "m-1", ContentType: "application/json",
-		Headers: amqp.Table{runtime.HeaderSlip: "not a slip"}, Body: []byte(`{"id":1}`)}); err != nil {
+		Headers: amqp.Table{plan.HeaderSlip: "not a slip"}, Body: []byte(`{"id":1}`)}); err != nil {
 		t.Fatal(err)
 	}
 	pk := deadLettered(t, ch, "p.a.parked", calls)
-	reason, _ := pk.Headers[runtime.HeaderError].(string)
+	reason, _ := pk.Headers[plan.HeaderError].(string)
 	if !strings.Contains(reason, "slip") || !strings.Contains(reason, "p.a.dlq refused it") {
 		t.Errorf("parked with reason %q, want the slip's and p.a.dlq's", reason)
 	}
@@ -220,9 +223,9 @@ func TestAMessageNothingTakesComesRoundUntilSomethingDoes(t *testing.T) {
 	url := testenv.VHost(t)
 	const hold = 200 * time.Millisecond
 	runtime.SetHoldBeforeRequeue(t, hold)
-	rt, _ := startInProcess(t, url, publishFailFlow, runtime.Options{Handlers: map[string]runtime.HandlerFunc{
-		"k.echo": func(_ context.Context, req runtime.Request) (runtime.Result, error) {
-			return runtime.Result{Payload: req.Payload}, nil
+	rt, _ := runtimetest.Start(t, url, publishFailFlow, runtime.Options{Handlers: map[string]runtime.HandlerFunc{
+		"k.echo": func(_ context.Context, req runtime.Request) (decide.Result, error) {
+			return decide.Result{Payload: req.Payload}, nil
 		}}})
 	ch := channelOn(t, url)()
 	for _, q := range []string{"p.a.dlq", "p.a.parked"} {
@@ -231,7 +234,7 @@ func TestAMessageNothingTakesComesRoundUntilSomethingDoes(t *testing.T) {
 		}
 	}
 	if err := ch.PublishWithContext(t.Context(), "", "p.a", false, false, amqp.Publishing{MessageId: "m-1", ContentType: "application/json",
-		Headers: amqp.Table{runtime.HeaderSlip: "not a slip"}, Body: []byte(`{"id":1}`)}); err != nil {
+		Headers: amqp.Table{plan.HeaderSlip: "not a slip"}, Body: []byte(`{"id":1}`)}); err != nil {
 		t.Fatal(err)
 	}
 	sent := time.Now()
@@ -247,8 +250,8 @@ func TestAMessageNothingTakesComesRoundUntilSomethingDoes(t *testing.T) {
 	if dl.MessageId != "m-1" {
 		t.Errorf("p.a.dlq got %q, want m-1", dl.MessageId)
 	}
-	got := counters(t, rt, "p.a", runtime.OutcomeDeadLettered, 1)
-	if got[runtime.OutcomeAcknowledged] != 0 {
+	got := counters(t, rt, "p.a", decide.OutcomeDeadLettered, 1)
+	if got[decide.OutcomeAcknowledged] != 0 {
 		t.Errorf("counters %v: want nothing acknowledged", got)
 	}
 }
@@ -263,11 +266,11 @@ func TestAResultAMQPCannotCarryIsDeadLettered(t *testing.T) {
 	long := strings.Repeat("k", 300)
 	slip := `{"steps":[{"exchange":"","routingKey":"p.a","name":"a"},{"exchange":"","routingKey":"` + long + `","name":"b"}],"done":[]}`
 	if err := ch.PublishWithContext(t.Context(), "", "p.a", false, false, amqp.Publishing{MessageId: "m-1", ContentType: "application/json",
-		Headers: amqp.Table{runtime.HeaderSlip: slip}, Body: []byte(`{"id":1}`)}); err != nil {
+		Headers: amqp.Table{plan.HeaderSlip: slip}, Body: []byte(`{"id":1}`)}); err != nil {
 		t.Fatal(err)
 	}
 	dl := deadLettered(t, ch, "p.a.dlq", calls)
-	if reason, _ := dl.Headers[runtime.HeaderError].(string); !strings.Contains(reason, "could not be published") || !strings.Contains(reason, "255") {
+	if reason, _ := dl.Headers[plan.HeaderError].(string); !strings.Contains(reason, "could not be published") || !strings.Contains(reason, "255") {
 		t.Errorf("dead-lettered with reason %q, want one saying the result could not be published, over 255 bytes", reason)
 	}
 	if n := calls.Load(); n != 1 {

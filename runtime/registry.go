@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/acemq/acemq-flow/runtime/plan"
 	"github.com/acemq/acemq-flow/spec"
 )
 
@@ -136,8 +137,8 @@ var ErrTooManyConsumers = errors.New("too many consumers")
 
 // checkConsumerCount refuses flows whose consumer groups add up to more
 // than MaxConsumers.
-func checkConsumerCount(plan *Plan) error {
-	d := TooManyConsumers(plan)
+func checkConsumerCount(pl *plan.Plan) error {
+	d := TooManyConsumers(pl)
 	if d == nil {
 		return nil
 	}
@@ -147,18 +148,18 @@ func checkConsumerCount(plan *Plan) error {
 // TooManyConsumers is the diagnostic, at the largest group, of flows whose
 // consumer groups add up to more consumers than one runtime runs
 // (MaxConsumers), or nil. `validate` reports it; `run` refuses to start.
-func TooManyConsumers(plan *Plan) *spec.Diagnostic {
+func TooManyConsumers(pl *plan.Plan) *spec.Diagnostic {
 	total, biggest := 0, -1
-	for i, c := range plan.Consumers {
+	for i, c := range pl.Consumers {
 		total += max(c.Concurrency, 1)
-		if biggest < 0 || c.Concurrency > plan.Consumers[biggest].Concurrency {
+		if biggest < 0 || c.Concurrency > pl.Consumers[biggest].Concurrency {
 			biggest = i
 		}
 	}
 	if total <= MaxConsumers {
 		return nil
 	}
-	c := plan.Consumers[biggest]
+	c := pl.Consumers[biggest]
 	return &spec.Diagnostic{Pos: c.At, Severity: spec.Error, Code: "too-many-consumers",
 		Msg: fmt.Sprintf("the flows' concurrency adds up to %d consumers, more than the %d one runtime runs; the largest is consumer %q with %d",
 			total, MaxConsumers, c.ID, c.Concurrency),

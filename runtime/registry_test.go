@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math"
-	"net/http"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,7 +15,8 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/acemq/acemq-flow/runtime"
-	"github.com/acemq/acemq-flow/spec"
+	"github.com/acemq/acemq-flow/runtime/decide"
+	"github.com/acemq/acemq-flow/test/runtimetest"
 	"github.com/acemq/acemq-flow/test/testenv"
 )
 
@@ -33,43 +32,8 @@ consumers:
   - {id: late, queue: late.q, handler: k.echo, auto_startup: false, declare: {type: classic}}
 `
 
-func echo(_ context.Context, req runtime.Request) (runtime.Result, error) {
-	return runtime.Result{Payload: req.Payload}, nil
-}
-
-// startInProcess runs the flow with in-process handlers until the test ends.
-func startInProcess(t *testing.T, url, flow string, opts runtime.Options) (*runtime.Runtime, *runtime.Plan) {
-	t.Helper()
-	set, err := spec.Load(testFS(flow), "f.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	plan, err := runtime.Compile(set.Flows)
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts.AMQPURL = url
-	rt, err := runtime.New(plan, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- rt.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run returned %v after shutdown, want nil", err)
-		}
-	})
-	select {
-	case <-rt.Started():
-	case err := <-done:
-		t.Fatalf("Run failed before starting: %v", err)
-	case <-time.After(60 * time.Second):
-		t.Fatal("the runtime did not start within 60s")
-	}
-	return rt, plan
+func echo(_ context.Context, req runtime.Request) (decide.Result, error) {
+	return decide.Result{Payload: req.Payload}, nil
 }
 
 func queueConsumers(t *testing.T, ch *amqp.Channel, queue string) (int, bool) {
@@ -83,7 +47,7 @@ func queueConsumers(t *testing.T, ch *amqp.Channel, queue string) (int, bool) {
 
 func TestRegistryStartsStopsScalesAndPauses(t *testing.T) {
 	url := testenv.VHost(t)
-	rt, _ := startInProcess(t, url, registryFlow, runtime.Options{Handlers: map[string]runtime.HandlerFunc{"k.echo": echo}})
+	rt, _ := runtimetest.Start(t, url, registryFlow, runtime.Options{Handlers: map[string]runtime.HandlerFunc{"k.echo": echo}})
 	conn, err := amqp.Dial(url)
 	if err != nil {
 		t.Fatal(err)
@@ -184,7 +148,7 @@ func TestRegistryStartsStopsScalesAndPauses(t *testing.T) {
 
 func TestStartIsRefusedWhileTheQueueIsMissing(t *testing.T) {
 	url := testenv.VHost(t)
-	rt, _ := startInProcess(t, url, `version: acemq.flow/v1
+	rt, _ := runtimetest.Start(t, url, `version: acemq.flow/v1
 name: reg
 plugins:
   k: {command: ./not-started}
@@ -201,114 +165,11 @@ consumers:
 	}
 }
 
-func TestAdminAPIServesMetricsAndGuardsChanges(t *testing.T) {
-	url := testenv.VHost(t)
-	addr := testenv.FreeAddr(t)
-	rt, _ := startInProcess(t, url, registryFlow, runtime.Options{AdminAddr: addr, AdminToken: "s3cret",
-		Handlers: map[string]runtime.HandlerFunc{"k.echo": echo}})
-	_ = rt
-	conn, err := amqp.Dial(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, _ := conn.Channel()
-	if err := ch.Publish("p", "a", false, false, amqp.Publishing{MessageId: "m-1", Body: []byte(`{}`)}); err != nil {
-		t.Fatal(err)
-	}
-	getAs := func(path, token string) (int, string) {
-		req, _ := http.NewRequest("GET", "http://"+addr+path, nil)
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
-	get := func(path string) (int, string) { return getAs(path, "s3cret") }
-	// With a token, only health and readiness answer without it: metrics
-	// and the registry say what runs.
-	for _, path := range []string{"/metrics", "/v1/consumers", "/v1/consumers/p.a"} {
-		if code, _ := getAs(path, ""); code != http.StatusUnauthorized {
-			t.Errorf("GET %s without the token = %d, want 401", path, code)
-		}
-	}
-	if code, _ := getAs("/healthz", ""); code != 200 {
-		t.Errorf("GET /healthz without the token = %d, want 200", code)
-	}
-	testenv.Eventually(t, 10*time.Second, func() error {
-		if _, body := get("/metrics"); !strings.Contains(body, `acemq_messages_total{consumer="p.a",outcome="acknowledged"} 1`) {
-			return testenv.Errorf("metrics lack the acknowledged message")
-		}
-		return nil
-	})
-	_, body := get("/metrics")
-	for _, want := range []string{"acemq_handler_duration_seconds_bucket", "acemq_messages_in_flight", "acemq_broker_reconnects_total"} {
-		if !strings.Contains(body, want) {
-			t.Errorf("/metrics lacks %s", want)
-		}
-	}
-	if code, body := get("/v1/consumers"); code != 200 || !strings.Contains(body, `"id": "p.a"`) || !strings.Contains(body, `"acknowledged": 1`) {
-		t.Errorf("/v1/consumers = %d %s", code, body)
-	}
-	if code, _ := get("/readyz"); code != 200 {
-		t.Errorf("/readyz = %d, want 200", code)
-	}
-	post := func(path, token string) int {
-		req, _ := http.NewRequest("POST", "http://"+addr+path, nil)
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
-	}
-	if code := post("/v1/consumers/p.a/stop", ""); code != http.StatusUnauthorized {
-		t.Errorf("stop without the token = %d, want 401", code)
-	}
-	if code := post("/v1/consumers/p.a/stop", "wrong"); code != http.StatusUnauthorized {
-		t.Errorf("stop with a wrong token = %d, want 401", code)
-	}
-	if code := post("/v1/consumers/p.a/scale?size=0", "s3cret"); code != http.StatusBadRequest {
-		t.Errorf("scale to 0 = %d, want 400", code)
-	}
-	if code := post("/v1/consumers/p.a/scale?size=2", "s3cret"); code != 200 {
-		t.Errorf("scale with the token = %d, want 200", code)
-	}
-	if code := post("/v1/consumers/ghost/stop", "s3cret"); code != http.StatusNotFound {
-		t.Errorf("stop of an unknown consumer = %d, want 404", code)
-	}
-	if strings.Contains(body, "s3cret") || strings.Contains(body, "guest:guest") {
-		t.Error("/metrics shows a credential")
-	}
-}
-
-func TestAdminBeyondLoopbackNeedsAToken(t *testing.T) {
-	plan := &runtime.Plan{}
-	_, err := runtime.New(plan, runtime.Options{AMQPURL: "amqp://x", AdminAddr: "0.0.0.0:9464"})
-	if !errors.Is(err, runtime.ErrAdminExposed) {
-		t.Errorf("New with --admin 0.0.0.0 and no token = %v, want ErrAdminExposed", err)
-	}
-	if _, err := runtime.New(plan, runtime.Options{AMQPURL: "amqp://x", AdminAddr: "0.0.0.0:9464", AdminToken: "t"}); err != nil {
-		t.Errorf("with a token: %v", err)
-	}
-	if _, err := runtime.New(plan, runtime.Options{AMQPURL: "amqp://x", AdminAddr: "127.0.0.1:9464"}); err != nil {
-		t.Errorf("loopback without a token: %v", err)
-	}
-}
-
 // TestFlowsAskingForTooManyConsumersAreRefused: consumer groups adding up
 // to more consumers than one consuming connection has channels for are
 // refused before anything starts, naming the largest.
 func TestFlowsAskingForTooManyConsumersAreRefused(t *testing.T) {
-	plan := compileText(t, `version: acemq.flow/v1
+	pl := compileText(t, `version: acemq.flow/v1
 name: big
 plugins:
   k: {command: ./not-started}
@@ -318,7 +179,7 @@ pipelines:
       - {name: a, handler: k.echo, concurrency: 1500}
       - {name: b, handler: k.echo, concurrency: 600}
 `)
-	_, err := runtime.New(plan, runtime.Options{AMQPURL: "amqp://guest:guest@127.0.0.1:5672/"})
+	_, err := runtime.New(pl, runtime.Options{AMQPURL: "amqp://guest:guest@127.0.0.1:5672/"})
 	if !errors.Is(err, runtime.ErrTooManyConsumers) || !strings.Contains(err.Error(), `"p.a" with 1500`) || !strings.Contains(err.Error(), "f.yaml:") {
 		t.Fatalf("New = %v, want ErrTooManyConsumers naming f.yaml and consumer p.a with 1500", err)
 	}
@@ -330,7 +191,7 @@ pipelines:
 // a start of a consumer whose queue went away while it was stopped.
 func TestRegistryRefusesOutOfTurn(t *testing.T) {
 	url := testenv.VHost(t)
-	plan := compileText(t, `version: acemq.flow/v1
+	pl := compileText(t, `version: acemq.flow/v1
 name: reg
 plugins:
   k: {command: ./not-started}
@@ -338,7 +199,7 @@ consumers:
   - {id: orders, queue: orders.q, handler: k.echo, declare: {type: classic}}
   - {id: audit, queue: audit.q, handler: k.echo, auto_startup: false}
 `)
-	rt, err := runtime.New(plan, runtime.Options{AMQPURL: url, Handlers: map[string]runtime.HandlerFunc{"k.echo": echo}})
+	rt, err := runtime.New(pl, runtime.Options{AMQPURL: url, Handlers: map[string]runtime.HandlerFunc{"k.echo": echo}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -437,7 +298,7 @@ func newHoldHandler(bound int64) *holdHandler {
 	return h
 }
 
-func (h *holdHandler) handle(ctx context.Context, req runtime.Request) (runtime.Result, error) {
+func (h *holdHandler) handle(ctx context.Context, req runtime.Request) (decide.Result, error) {
 	if n, b := h.running.Add(1), h.bound.Load(); n > b {
 		for {
 			o := h.over.Load()
@@ -451,7 +312,7 @@ func (h *holdHandler) handle(ctx context.Context, req runtime.Request) (runtime.
 	case <-h.release:
 	case <-ctx.Done():
 	}
-	return runtime.Result{Payload: req.Payload}, nil
+	return decide.Result{Payload: req.Payload}, nil
 }
 
 // waitRunning waits until exactly n handlers run.
@@ -503,7 +364,7 @@ func publishN(t *testing.T, url, exchange, key string, n int) {
 func TestGroupSizeIsHandlersAtOnce(t *testing.T) {
 	url := testenv.VHost(t)
 	h := newHoldHandler(2)
-	rt, _ := startInProcess(t, url, handlersFlow, runtime.Options{Handlers: map[string]runtime.HandlerFunc{"k.hold": h.handle}})
+	rt, _ := runtimetest.Start(t, url, handlersFlow, runtime.Options{Handlers: map[string]runtime.HandlerFunc{"k.hold": h.handle}})
 	publishN(t, url, "h", "a", 60)
 	h.waitRunning(t, 2)
 	brokerPrefetch(t, url, "h.a", 2*3)
@@ -574,7 +435,7 @@ func TestPrefetchChangesUnderLoadLoseNothing(t *testing.T) {
 		seen []int
 	)
 	done := make(chan struct{})
-	seq := func(_ context.Context, req runtime.Request) (runtime.Result, error) {
+	seq := func(_ context.Context, req runtime.Request) (decide.Result, error) {
 		n, _ := strconv.Atoi(string(req.Payload))
 		mu.Lock()
 		seen = append(seen, n)
@@ -583,9 +444,9 @@ func TestPrefetchChangesUnderLoadLoseNothing(t *testing.T) {
 		}
 		mu.Unlock()
 		time.Sleep(time.Millisecond)
-		return runtime.Result{Payload: req.Payload}, nil
+		return decide.Result{Payload: req.Payload}, nil
 	}
-	rt, _ := startInProcess(t, url, orderFlow, runtime.Options{Handlers: map[string]runtime.HandlerFunc{"k.seq": seq}})
+	rt, _ := runtimetest.Start(t, url, orderFlow, runtime.Options{Handlers: map[string]runtime.HandlerFunc{"k.seq": seq}})
 	publishN(t, url, "o", "a", total)
 	// Six changes while the queue is being worked through (each returns
 	// what was prefetched, which a quorum queue counts towards its
@@ -630,7 +491,7 @@ func TestPrefetchChangesUnderLoadLoseNothing(t *testing.T) {
 func TestStatusAnswersWhileAGroupDrains(t *testing.T) {
 	url := testenv.VHost(t)
 	h := newHoldHandler(2)
-	rt, _ := startInProcess(t, url, handlersFlow, runtime.Options{Handlers: map[string]runtime.HandlerFunc{"k.hold": h.handle}})
+	rt, _ := runtimetest.Start(t, url, handlersFlow, runtime.Options{Handlers: map[string]runtime.HandlerFunc{"k.hold": h.handle}})
 	publishN(t, url, "h", "a", 10)
 	h.waitRunning(t, 2)
 	stopped := make(chan error, 1)

@@ -6,16 +6,18 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"net"
-	"net/http"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/acemq/acemq-flow/plugins/host"
 	"github.com/acemq/acemq-flow/runtime/broker"
+	"github.com/acemq/acemq-flow/runtime/decide"
+	"github.com/acemq/acemq-flow/runtime/plan"
 	"github.com/acemq/acemq-flow/spec"
 	"github.com/acemq/acemq-flow/stores"
 )
@@ -23,12 +25,12 @@ import (
 // HandlerFunc is an in-process step handler, for Go programs that embed the
 // runtime: it gets the same request a plugin gets. Returning an error wrapping
 // ErrFatal dead-letters the message; any other error is retried.
-type HandlerFunc func(ctx context.Context, req Request) (Result, error)
+type HandlerFunc func(ctx context.Context, req Request) (decide.Result, error)
 
 // Request is one call of a handler: one message.
 type Request struct {
 	Handler  string // "<plugin>.<handler>"
-	Envelope Envelope
+	Envelope decide.Envelope
 	Payload  []byte
 }
 
@@ -36,8 +38,6 @@ type Request struct {
 // never flow-file keys.
 type Options struct {
 	AMQPURL      string        // required
-	AdminAddr    string        // "" disables the admin listener
-	AdminToken   string        // bearer token for calls that change something; required beyond loopback
 	DrainTimeout time.Duration // default 30s
 	Log          *slog.Logger  // nil discards
 	// Handlers are in-process handlers by "<plugin>.<handler>". A plugin all
@@ -57,7 +57,7 @@ type Options struct {
 // Lifecycle: New checks the plan and allocates (no I/O); Run connects,
 // declares, consumes and blocks until ctx is done and draining is over.
 type Runtime struct {
-	plan *Plan
+	plan *plan.Plan
 	opts Options
 	log  *slog.Logger
 
@@ -69,12 +69,13 @@ type Runtime struct {
 	pub     *broker.Publisher
 	topo    *broker.Topology
 
-	runCtx  context.Context // the context consumers run under; set by Run
-	wg      sync.WaitGroup  // every consumer goroutine
-	metrics *metrics
-	paused  []string // groups stopped by Pause, started again by Resume
-	pauseMu sync.Mutex
-	scaleMu sync.Mutex // one Scale at a time: the consumer limit is checked across groups
+	stopping chan struct{} // closed once Run drains, or fails to start: no consumer starts after it
+	stopOnce sync.Once
+	wg       sync.WaitGroup // every consumer goroutine
+	metrics  *metrics
+	paused   []string // groups stopped by Pause, started again by Resume
+	pauseMu  sync.Mutex
+	scaleMu  sync.Mutex // one Scale at a time: the consumer limit is checked across groups
 
 	groups   map[string]*group       // by consumer id; fixed once Run has started them
 	order    []string                // consumer ids, sorted
@@ -82,13 +83,9 @@ type Runtime struct {
 	pluginMu sync.Mutex
 }
 
-// ErrUnsupported is returned by New for parts of the format the runtime does
-// not run yet; the error names the feature and its position.
-var ErrUnsupported = errors.New("not supported by this runtime yet")
-
 // New checks that the runtime can run plan and allocates it. It does not
 // connect or start anything.
-func New(plan *Plan, opts Options) (*Runtime, error) {
+func New(pl *plan.Plan, opts Options) (*Runtime, error) {
 	if opts.AMQPURL == "" {
 		return nil, errors.New("no broker URL; set --amqp or ACEMQ_AMQP_URL")
 	}
@@ -102,32 +99,29 @@ func New(plan *Plan, opts Options) (*Runtime, error) {
 		opts.Name = "acemq-flow"
 	}
 	var unsupported []string
-	for _, c := range plan.Consumers {
+	for _, c := range pl.Consumers {
 		if c.Delay > 0 {
-			unsupported = append(unsupported, fmt.Sprintf("%s: step %q has a delay (the scheduler is %s)", c.At, c.Step, ErrUnsupported))
+			unsupported = append(unsupported, fmt.Sprintf("%s: step %q has a delay (the scheduler is %s)", c.At, c.Step, plan.ErrUnsupported))
 		}
 		if c.Idempotent && opts.Store == nil {
 			return nil, fmt.Errorf("%s: consumer %q is idempotent, but no idempotency store is configured; run with --store", c.At, c.ID)
 		}
 	}
-	for _, s := range plan.Sagas {
-		unsupported = append(unsupported, fmt.Sprintf("%s: saga %q (sagas are %s)", s.At, s.Name, ErrUnsupported))
+	for _, s := range pl.Sagas {
+		unsupported = append(unsupported, fmt.Sprintf("%s: saga %q (sagas are %s)", s.At, s.Name, plan.ErrUnsupported))
 	}
-	for _, s := range plan.Schedules {
-		unsupported = append(unsupported, fmt.Sprintf("%s: schedule %q (schedules are %s)", s.At, s.Name, ErrUnsupported))
+	for _, s := range pl.Schedules {
+		unsupported = append(unsupported, fmt.Sprintf("%s: schedule %q (schedules are %s)", s.At, s.Name, plan.ErrUnsupported))
 	}
 	if len(unsupported) > 0 {
-		return nil, fmt.Errorf("%w; remove these or run them elsewhere:\n  %s", ErrUnsupported, strings.Join(unsupported, "\n  "))
+		return nil, fmt.Errorf("%w; remove these or run them elsewhere:\n  %s", plan.ErrUnsupported, strings.Join(unsupported, "\n  "))
 	}
-	if err := checkConsumerCount(plan); err != nil {
+	if err := checkConsumerCount(pl); err != nil {
 		return nil, err
 	}
-	if err := checkAdminExposure(opts); err != nil {
-		return nil, err
-	}
-	r := &Runtime{plan: plan, opts: opts, log: opts.Log, routes: map[string][]string{}, groups: map[string]*group{},
-		plugins: map[string]*host.Plugin{}, metrics: newMetrics(), started: make(chan struct{})}
-	for _, p := range plan.Pipelines {
+	r := &Runtime{plan: pl, opts: opts, log: opts.Log, routes: map[string][]string{}, groups: map[string]*group{},
+		plugins: map[string]*host.Plugin{}, metrics: newMetrics(), started: make(chan struct{}), stopping: make(chan struct{})}
+	for _, p := range pl.Pipelines {
 		r.routes[p.Name] = p.Route
 	}
 	return r, nil
@@ -140,6 +134,11 @@ func (r *Runtime) Ready() bool {
 		r.publish != nil && r.publish.State() == broker.StateConnected
 }
 
+// Metrics is what the runtime measures, for an admin listener's /metrics:
+// deliveries by outcome, handler time, dead letters, in-flight deliveries,
+// broker reconnects and plugin restarts.
+func (r *Runtime) Metrics() prometheus.Gatherer { return r.metrics.reg }
+
 // Started is closed once Run has applied the topology and started the
 // consumers; it stays open when Run fails first.
 func (r *Runtime) Started() <-chan struct{} { return r.started }
@@ -149,29 +148,9 @@ func (r *Runtime) Started() <-chan struct{} { return r.started }
 // timeout), stops the plugins and closes the connections. It returns nil
 // after a clean shutdown.
 func (r *Runtime) Run(ctx context.Context) (err error) {
-	// Consumers run under a context of their own, so that a failed start
-	// can stop the ones already started (start all or none).
-	runCtx, stopAll := context.WithCancel(ctx)
-	defer stopAll()
-	r.runCtx = runCtx
-	if r.opts.AdminAddr != "" {
-		ln, err := net.Listen("tcp", r.opts.AdminAddr)
-		if err != nil {
-			return fmt.Errorf("admin listener on %s: %w", r.opts.AdminAddr, err)
-		}
-		// Bounded reads and idle connections: a client cannot hold the
-		// listener open by trickling a request or keeping connections.
-		admin := &http.Server{Handler: r.adminHandler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 60 * time.Second}
-		var served sync.WaitGroup
-		served.Go(func() { _ = admin.Serve(ln) })
-		defer func() {
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-			defer cancel()
-			_ = admin.Shutdown(sctx)
-			served.Wait()
-		}()
-		r.log.Info("admin listening", "addr", ln.Addr().String())
-	}
+	// Consumers stop when r.stopping closes, so that a failed start can
+	// stop the ones already started (start all or none).
+	defer r.stop()
 	defer r.closeAll()
 	if r.consume, err = broker.Open(ctx, r.opts.AMQPURL, broker.ConnOptions{Name: r.opts.Name + " consume", Log: r.log}); err != nil {
 		return fmt.Errorf("connect to the broker: %w", err)
@@ -203,7 +182,7 @@ func (r *Runtime) Run(ctx context.Context) (err error) {
 		g := r.groups[c.ID]
 		g.prepared = true
 		if err := g.start(ctx); err != nil {
-			stopAll()
+			r.stop()
 			for _, id := range r.order {
 				r.groups[id].shutdown()
 			}
@@ -215,6 +194,7 @@ func (r *Runtime) Run(ctx context.Context) (err error) {
 	close(r.started)
 	r.log.Info("runtime started", "consumers", len(startable))
 	<-ctx.Done()
+	r.stop()
 	r.ready.Store(false)
 	r.log.Info("draining", "timeout", r.opts.DrainTimeout)
 	for _, id := range r.order {
@@ -223,6 +203,22 @@ func (r *Runtime) Run(ctx context.Context) (err error) {
 	r.wg.Wait()
 	r.log.Info("drained")
 	return nil
+}
+
+// stop tells every consumer to drain, and refuses consumers started from
+// now on.
+func (r *Runtime) stop() { r.stopOnce.Do(func() { close(r.stopping) }) }
+
+// draining reports whether Run has begun to drain (or failed to start): a
+// consumer started now would run on closed connections, with nothing to
+// stop it.
+func (r *Runtime) draining() bool {
+	select {
+	case <-r.stopping:
+		return true
+	default:
+		return false
+	}
 }
 
 func (r *Runtime) closeAll() {
@@ -248,14 +244,14 @@ func (r *Runtime) closeAll() {
 // applyTopology declares what the flows declare, as each file's
 // topology.apply says, checks the queues consumers need, and returns the
 // consumers that can start (missing_queue: warn leaves some out).
-func (r *Runtime) applyTopology(ctx context.Context) ([]*Consumer, error) {
+func (r *Runtime) applyTopology(ctx context.Context) ([]*plan.Consumer, error) {
 	var exchanges []broker.Exchange
 	var queues []broker.Queue
 	declared := map[string]bool{}
 	var check []string
 	var problems []string
 	for _, e := range r.plan.Exchanges {
-		if e.Mode != Declare || e.Apply == spec.ApplyDryRun {
+		if e.Mode != plan.Declare || e.Apply == spec.ApplyDryRun {
 			continue
 		}
 		exchanges = append(exchanges, broker.Exchange{Name: e.Name, Kind: e.Type, Durable: true})
@@ -272,7 +268,7 @@ func (r *Runtime) applyTopology(ctx context.Context) ([]*Consumer, error) {
 	}
 	now := map[string]bool{} // queues declared now, whether or not this file's apply mode creates them
 	for _, q := range r.plan.Queues {
-		if !later[q.Owner] || q.topology {
+		if !later[q.Owner] || q.Provided {
 			now[q.Name] = true
 		}
 	}
@@ -287,8 +283,8 @@ func (r *Runtime) applyTopology(ctx context.Context) ([]*Consumer, error) {
 		if !now[q.Name] {
 			continue
 		}
-		if q.Mode != Declare || q.Apply == spec.ApplyDryRun || (q.Apply == spec.ApplyValidate && q.Purpose == "declared") {
-			if q.Mode == Declare && q.Apply == spec.ApplyValidate {
+		if q.Mode != plan.Declare || q.Apply == spec.ApplyDryRun || (q.Apply == spec.ApplyValidate && q.Purpose == "declared") {
+			if q.Mode == plan.Declare && q.Apply == spec.ApplyValidate {
 				check = append(check, q.Name)
 			}
 			continue
@@ -298,7 +294,7 @@ func (r *Runtime) applyTopology(ctx context.Context) ([]*Consumer, error) {
 	}
 	var bindings []broker.Binding
 	for _, b := range r.plan.Bindings {
-		if later[b.Owner] && !(b.Exchange == DeadLetterExchange && now[b.Queue]) {
+		if later[b.Owner] && !(b.Exchange == plan.DeadLetterExchange && now[b.Queue]) {
 			continue
 		}
 		bindings = append(bindings, broker.Binding{Exchange: b.Exchange, Queue: b.Queue, RoutingKey: b.RoutingKey})
@@ -316,7 +312,7 @@ func (r *Runtime) applyTopology(ctx context.Context) ([]*Consumer, error) {
 	// The queues consumers need and nothing declares are asked about
 	// passively, every missing one named in one failure (listeners.txt,
 	// "A queue that does not exist").
-	var startable []*Consumer
+	var startable []*plan.Consumer
 	missing := map[string]bool{}
 	provided := map[string]bool{} // queues of routed, stopped consumers that exist without us
 	for i := range r.plan.Consumers {
@@ -356,7 +352,7 @@ func (r *Runtime) applyTopology(ctx context.Context) ([]*Consumer, error) {
 	// Bindings of queues that exist.
 	var live []broker.Binding
 	for _, b := range bindings {
-		if declared[b.Queue] || provided[b.Queue] || slices.ContainsFunc(startable, func(c *Consumer) bool { return c.Queue == b.Queue }) {
+		if declared[b.Queue] || provided[b.Queue] || slices.ContainsFunc(startable, func(c *plan.Consumer) bool { return c.Queue == b.Queue }) {
 			live = append(live, b)
 		}
 	}
@@ -369,8 +365,8 @@ func (r *Runtime) applyTopology(ctx context.Context) ([]*Consumer, error) {
 // routed reports whether a route publishes to c's queue: a pipeline step's
 // queue, or a queue bound where an itinerary's stop publishes. Its queue
 // and bindings are declared at start even while c waits to be started.
-func (r *Runtime) routed(c *Consumer) bool {
-	if c.Kind != KindConsumer {
+func (r *Runtime) routed(c *plan.Consumer) bool {
+	if c.Kind != plan.KindConsumer {
 		return true
 	}
 	kinds := map[string]string{}
@@ -427,11 +423,11 @@ func topicMatches(pattern, key []string) bool {
 // prepare declares and checks what one consumer needs, for a consumer
 // started by id (auto_startup: false, or one left stopped because its
 // queue was missing). It refuses while a queue is missing.
-func (r *Runtime) prepare(ctx context.Context, c *Consumer) error {
+func (r *Runtime) prepare(ctx context.Context, c *plan.Consumer) error {
 	var queues []broker.Queue
 	declared := map[string]bool{}
 	for _, q := range r.plan.Queues {
-		if q.Owner != c.ID || q.Mode != Declare || q.Apply == spec.ApplyDryRun {
+		if q.Owner != c.ID || q.Mode != plan.Declare || q.Apply == spec.ApplyDryRun {
 			continue
 		}
 		if q.Apply == spec.ApplyValidate && q.Purpose == "declared" {
@@ -472,23 +468,23 @@ func (r *Runtime) prepare(ctx context.Context, c *Consumer) error {
 
 // consumerQueues are the queues a consumer needs: its own, its rungs, .dlq
 // and .parked.
-func consumerQueues(c *Consumer) []string {
+func consumerQueues(c *plan.Consumer) []string {
 	qs := []string{c.Queue}
 	for _, rg := range c.Retry.Rungs {
 		if !slices.Contains(qs, rg.Queue) {
 			qs = append(qs, rg.Queue)
 		}
 	}
-	return append(qs, DeadLetterQueue(c.Queue), ParkedQueue(c.Queue))
+	return append(qs, plan.DeadLetterQueue(c.Queue), plan.ParkedQueue(c.Queue))
 }
 
 // hostConfig is the plugin host's configuration for p, logging to log.
-func (p PluginPlan) hostConfig(log *slog.Logger) host.Config {
+func hostConfig(p plan.PluginPlan, log *slog.Logger) host.Config {
 	return host.Config{Name: p.Name, Command: p.Path, Dir: p.Dir, Args: p.Args, Env: p.Env, SHA256: p.SHA256,
 		Timeout: time.Duration(p.Timeout), Logger: log}
 }
 
-func pluginKey(p PluginPlan) string {
+func pluginKey(p plan.PluginPlan) string {
 	var b strings.Builder
 	b.WriteString(p.Path + "\x02" + p.Dir)
 	for _, a := range p.Args {
@@ -501,7 +497,7 @@ func pluginKey(p PluginPlan) string {
 }
 
 // startPlugins starts the plugins the startable consumers need.
-func (r *Runtime) startPlugins(ctx context.Context, consumers []*Consumer) error {
+func (r *Runtime) startPlugins(ctx context.Context, consumers []*plan.Consumer) error {
 	for _, c := range consumers {
 		if err := r.ensurePlugin(ctx, c); err != nil {
 			return err
@@ -510,19 +506,19 @@ func (r *Runtime) startPlugins(ctx context.Context, consumers []*Consumer) error
 	return nil
 }
 
-func (r *Runtime) pluginOf(c *Consumer) PluginPlan {
+func (r *Runtime) pluginOf(c *plan.Consumer) plan.PluginPlan {
 	for _, p := range r.plan.Plugins {
 		if p.Name == c.Plugin && p.File == c.File.File {
 			return p
 		}
 	}
-	return PluginPlan{}
+	return plan.PluginPlan{}
 }
 
 // ensurePlugin starts the plugin a consumer needs, one process per distinct
 // command, args, env and folder, unless an in-process handler replaces it,
 // and checks that the handler exists there.
-func (r *Runtime) ensurePlugin(ctx context.Context, c *Consumer) error {
+func (r *Runtime) ensurePlugin(ctx context.Context, c *plan.Consumer) error {
 	if _, ok := r.opts.Handlers[c.Handler]; ok {
 		return nil
 	}
@@ -532,7 +528,7 @@ func (r *Runtime) ensurePlugin(ctx context.Context, c *Consumer) error {
 	defer r.pluginMu.Unlock()
 	hp, ok := r.plugins[key]
 	if !ok {
-		started, err := host.Start(ctx, p.hostConfig(r.log))
+		started, err := host.Start(ctx, hostConfig(p, r.log))
 		if err != nil {
 			return fmt.Errorf("plugin %q (%s): %w", p.Name, p.At, err)
 		}
@@ -567,7 +563,7 @@ func (r *Runtime) pluginRestarts() map[string]int64 {
 
 // callerFor returns how a consumer calls its handler, and the timeout the
 // group must put on each call (0: none, or the caller applies its own).
-func (r *Runtime) callerFor(c *Consumer) (func(ctx context.Context, req Request) (Result, error), time.Duration) {
+func (r *Runtime) callerFor(c *plan.Consumer) (func(ctx context.Context, req Request) (decide.Result, error), time.Duration) {
 	if h, ok := r.opts.Handlers[c.Handler]; ok {
 		return h, 0
 	}
@@ -579,36 +575,36 @@ func (r *Runtime) callerFor(c *Consumer) (func(ctx context.Context, req Request)
 	// until found, not per message: ensurePlugin holds the lock while
 	// another plugin starts.
 	var found atomic.Pointer[host.Plugin]
-	return func(ctx context.Context, req Request) (Result, error) {
+	return func(ctx context.Context, req Request) (decide.Result, error) {
 		caller := found.Load()
 		if caller == nil {
 			r.pluginMu.Lock()
 			caller = r.plugins[key]
 			r.pluginMu.Unlock()
 			if caller == nil {
-				return Result{}, fmt.Errorf("plugin %q is not running", p.Name)
+				return decide.Result{}, fmt.Errorf("plugin %q is not running", p.Name)
 			}
 			found.Store(caller)
 		}
 		res, err := caller.Call(ctx, host.Request{Handler: handler, Payload: req.Payload, Envelope: hostEnvelope(req.Envelope)})
 		if err != nil {
 			if host.IsFatal(err) {
-				return Result{}, fmt.Errorf("%w: %w", ErrFatal, err)
+				return decide.Result{}, fmt.Errorf("%w: %w", decide.ErrFatal, err)
 			}
-			return Result{}, err
+			return decide.Result{}, err
 		}
-		return Result{Stop: res.Stop, Payload: res.Payload}, nil
+		return decide.Result{Stop: res.Stop, Payload: res.Payload}, nil
 	}, 0 // the host applies the plugin's timeout to every call itself
 }
 
-func hostEnvelope(e Envelope) host.Envelope {
+func hostEnvelope(e decide.Envelope) host.Envelope {
 	h := make(map[string]string, len(e.Headers))
 	for k, v := range e.Headers {
-		if strings.HasPrefix(k, "x-acemq-") || k == HeaderSlip {
+		if strings.HasPrefix(k, "x-acemq-") || k == plan.HeaderSlip {
 			continue
 		}
-		h[k] = strHeader(v)
+		h[k] = decide.HeaderText(v)
 	}
-	return host.Envelope{MessageID: e.MessageID, Type: e.Type, CorrelationID: runID(e), CausationID: e.CausationID,
+	return host.Envelope{MessageID: e.MessageID, Type: e.Type, CorrelationID: decide.RunID(e), CausationID: e.CausationID,
 		Origin: e.Origin, Attempt: e.Attempt, FirstSeen: e.FirstSeen, Headers: h}
 }

@@ -8,7 +8,10 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/acemq/acemq-flow/runtime"
+	"github.com/acemq/acemq-flow/runtime/decide"
+	"github.com/acemq/acemq-flow/runtime/plan"
 	"github.com/acemq/acemq-flow/spec"
+	"github.com/acemq/acemq-flow/test/runtimetest"
 	"github.com/acemq/acemq-flow/test/testenv"
 )
 
@@ -22,17 +25,17 @@ topology:
     - {name: audit.log, type: classic, arguments: {x-message-ttl: 200}, dead_letter: true}
 `
 
-func compileText(t *testing.T, flow string) *runtime.Plan {
+func compileText(t *testing.T, flow string) *plan.Plan {
 	t.Helper()
-	set, err := spec.Load(testFS(flow), "f.yaml")
+	set, err := spec.Load(testenv.FlowFS(flow), "f.yaml")
 	if err != nil {
 		t.Fatalf("Load: %v", err)
 	}
-	plan, err := runtime.Compile(set.Flows)
+	pl, err := plan.Compile(set.Flows)
 	if err != nil {
 		t.Fatalf("Compile: %v", err)
 	}
-	return plan
+	return pl
 }
 
 func TestDeadLetteringQueuesGetTheirDLQOnce(t *testing.T) {
@@ -49,18 +52,18 @@ consumers:
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			plan := compileText(t, tc.flow)
+			pl := compileText(t, tc.flow)
 			var queues, bindings int
-			for _, q := range plan.Queues {
+			for _, q := range pl.Queues {
 				if q.Name == "audit.log.dlq" {
 					queues++
-					if q.Type != "classic" || q.Mode != runtime.Declare || q.Purpose != "dlq" {
+					if q.Type != "classic" || q.Mode != plan.Declare || q.Purpose != "dlq" {
 						t.Errorf("Compile: audit.log.dlq is %s, %s, %s; want classic, declare, dlq", q.Type, q.Mode, q.Purpose)
 					}
 				}
 			}
-			for _, b := range plan.Bindings {
-				if b.Exchange == runtime.DeadLetterExchange && b.Queue == "audit.log.dlq" && b.RoutingKey == "audit.log.dlq" {
+			for _, b := range pl.Bindings {
+				if b.Exchange == plan.DeadLetterExchange && b.Queue == "audit.log.dlq" && b.RoutingKey == "audit.log.dlq" {
 					bindings++
 				}
 			}
@@ -113,7 +116,7 @@ func waitDepth(t *testing.T, channel func() *amqp.Channel, queue string, want in
 
 func TestAnExpiredMessageOfADeadLetteringQueueLandsInItsDLQ(t *testing.T) {
 	url := testenv.VHost(t)
-	startInProcess(t, url, deadLetterFlow, runtime.Options{})
+	runtimetest.Start(t, url, deadLetterFlow, runtime.Options{})
 	channel := channelOn(t, url)
 	if err := channel().PublishWithContext(t.Context(), "", "audit.log", true, false,
 		amqp.Publishing{MessageId: "m-1", Body: []byte(`{}`)}); err != nil {
@@ -126,7 +129,7 @@ func TestAnExpiredMessageOfADeadLetteringQueueLandsInItsDLQ(t *testing.T) {
 func TestAStoppedStepKeepsABacklog(t *testing.T) {
 	url := testenv.VHost(t)
 	handled := make(chan string, 1)
-	rt, _ := startInProcess(t, url, `version: acemq.flow/v1
+	rt, _ := runtimetest.Start(t, url, `version: acemq.flow/v1
 name: stopped
 plugins:
   k: {command: ./not-started}
@@ -137,9 +140,9 @@ pipelines:
       - {name: b, handler: k.last, auto_startup: false}
 `, runtime.Options{Handlers: map[string]runtime.HandlerFunc{
 		"k.echo": echo,
-		"k.last": func(_ context.Context, req runtime.Request) (runtime.Result, error) {
+		"k.last": func(_ context.Context, req runtime.Request) (decide.Result, error) {
 			handled <- req.Envelope.MessageID
-			return runtime.Result{Stop: true}, nil
+			return decide.Result{Stop: true}, nil
 		},
 	}})
 	channel := channelOn(t, url)

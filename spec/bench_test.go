@@ -7,7 +7,7 @@ import (
 	"testing/fstest"
 	"time"
 
-	"github.com/acemq/acemq-flow/runtime"
+	"github.com/acemq/acemq-flow/runtime/plan"
 	"github.com/acemq/acemq-flow/spec"
 )
 
@@ -41,7 +41,7 @@ func BenchmarkValidate100Files(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, err := runtime.Compile(set.Flows); err != nil {
+		if _, err := plan.Compile(set.Flows); err != nil {
 			b.Fatal(err)
 		}
 		total += time.Since(start)

@@ -14,7 +14,7 @@ import (
 
 	"github.com/acemq/acemq-flow/test/testenv"
 
-	"github.com/acemq/acemq-flow/runtime"
+	"github.com/acemq/acemq-flow/runtime/plan"
 	"github.com/acemq/acemq-flow/spec"
 )
 
@@ -36,7 +36,7 @@ func validate(t *testing.T, paths ...string) spec.Diagnostics {
 		}
 		return dedupe(append(ds, errDs...))
 	}
-	if _, err := runtime.Compile(set.Flows); err != nil {
+	if _, err := plan.Compile(set.Flows); err != nil {
 		var errDs spec.Diagnostics
 		if !errors.As(err, &errDs) {
 			t.Fatalf("Compile(%v) returned %T %v, want spec.Diagnostics", paths, err, err)

@@ -1,99 +1,22 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"maps"
-	"net/http"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/acemq/acemq-flow/runtime"
-	"github.com/acemq/acemq-flow/runtime/broker"
+	"github.com/acemq/acemq-flow/runtime/admin"
 )
 
-// adminClient calls the running runtime's admin API; each call ends with
-// ctx (Ctrl-C), or after two minutes.
-type adminClient struct {
-	ctx   context.Context
-	base  string
-	token string
-	http  *http.Client
-}
-
-func newAdminClient(ctx context.Context, addr, token string) *adminClient {
-	base := addr
-	if !strings.Contains(base, "://") {
-		base = "http://" + base
-	}
-	return &adminClient{ctx: ctx, base: strings.TrimRight(base, "/"), token: token, http: &http.Client{Timeout: 2 * time.Minute}}
-}
-
-func (a *adminClient) do(method, path string, out any) error {
-	req, err := http.NewRequestWithContext(a.ctx, method, a.base+path, nil)
-	if err != nil {
-		return err
-	}
-	return a.send(req, out)
-}
-
-func (a *adminClient) send(req *http.Request, out any) error {
-	method, path := req.Method, req.URL.Path
-	if a.token != "" {
-		req.Header.Set("Authorization", "Bearer "+a.token)
-	}
-	resp, err := a.http.Do(req)
-	if err != nil {
-		return fmt.Errorf("the runtime's admin API at %s does not answer (%v); is `acemq-flow run` running with --admin %s?", a.base, err, strings.TrimPrefix(a.base, "http://"))
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if resp.StatusCode == http.StatusUnauthorized {
-		if a.token == "" {
-			return fmt.Errorf("the runtime's admin API at %s needs a token for %s %s and none was given; set --admin-token or ACEMQ_ADMIN_TOKEN to the token the runtime was started with", a.base, method, path)
-		}
-		return fmt.Errorf("the runtime's admin API at %s rejected the token given by --admin-token or ACEMQ_ADMIN_TOKEN for %s %s; use the token the runtime was started with", a.base, method, path)
-	}
-	if resp.StatusCode >= 300 {
-		var e struct {
-			Error string `json:"error"`
-		}
-		if json.Unmarshal(body, &e) == nil && e.Error != "" {
-			return fmt.Errorf("%s", e.Error)
-		}
-		return fmt.Errorf("%s %s: %s", method, path, resp.Status)
-	}
-	if out != nil {
-		return json.Unmarshal(body, out)
-	}
-	return nil
-}
-
-// post sends a JSON body and decodes the JSON answer.
-func (a *adminClient) post(path string, in, out any) error {
-	body, err := json.Marshal(in)
-	if err != nil {
-		return err
-	}
-	req, err := http.NewRequestWithContext(a.ctx, "POST", a.base+path, bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	return a.send(req, out)
-}
-
 func newConsumersCmd(s streams) *cobra.Command {
-	var admin, token, format string
+	var adminAddr, token, format string
 	cmd := &cobra.Command{
 		Use:   "consumers list | start ID | stop ID | scale ID N | prefetch ID N",
 		Short: "See and steer the running runtime's consumers",
@@ -106,28 +29,26 @@ returns once what was in flight has finished (up to the drain timeout); a
 group needs at least one consumer.`,
 	}
 	pf := cmd.PersistentFlags()
-	pf.StringVar(&admin, "admin", envOr("ACEMQ_ADMIN_ADDR", "127.0.0.1:9464"), "the runtime's admin address (env ACEMQ_ADMIN_ADDR)")
-	pf.StringVar(&token, "admin-token", envOr("ACEMQ_ADMIN_TOKEN", ""), "bearer token for calls that change something (env ACEMQ_ADMIN_TOKEN)")
-	client := func(ctx context.Context) *adminClient { return newAdminClient(ctx, admin, token) }
+	pf.StringVar(&adminAddr, "admin", envOr("ACEMQ_ADMIN_ADDR", "127.0.0.1:9464"), "the runtime's admin address (env ACEMQ_ADMIN_ADDR)")
+	pf.StringVar(&token, "admin-token", envOr("ACEMQ_ADMIN_TOKEN", ""), "bearer token of the runtime's admin API, for every call when it has one (env ACEMQ_ADMIN_TOKEN)")
+	client := func() *admin.Client { return admin.NewClient(adminAddr, token) }
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List consumers with state, queue, size, prefetch and counters",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var out struct {
-				Consumers []runtime.ConsumerStatus `json:"consumers"`
-			}
-			if err := client(cmd.Context()).do("GET", "/v1/consumers", &out); err != nil {
+			list, err := client().Consumers(cmd.Context())
+			if err != nil {
 				return failed("%v", err)
 			}
 			if format == "json" {
 				enc := json.NewEncoder(s.out)
 				enc.SetIndent("", "  ")
-				return enc.Encode(out)
+				return enc.Encode(map[string]any{"consumers": list})
 			}
 			tw := tabwriter.NewWriter(s.out, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tSTATE\tQUEUE\tDEPTH\tSIZE\tPREFETCH\tIN-FLIGHT\tCOUNTERS")
-			for _, c := range out.Consumers {
+			for _, c := range list {
 				depth := "-"
 				if c.Depth != nil {
 					depth = strconv.Itoa(*c.Depth)
@@ -159,7 +80,7 @@ group needs at least one consumer.`,
 	}
 	simple := func(use, short, verb string) *cobra.Command {
 		return &cobra.Command{Use: use + " ID", Short: short, Args: needID(use+" ID", 1), RunE: func(cmd *cobra.Command, args []string) error {
-			if err := client(cmd.Context()).do("POST", "/v1/consumers/"+url.PathEscape(args[0])+"/"+verb, nil); err != nil {
+			if err := client().Change(cmd.Context(), args[0], verb); err != nil {
 				return failed("%v", err)
 			}
 			fmt.Fprintf(s.err, "consumer %s: %s done\n", args[0], verb)
@@ -181,8 +102,7 @@ group needs at least one consumer.`,
 			if n < lo || (hi > 0 && n > hi) {
 				return usage("%s must be %s (%s), not %d", param, valid, why, n)
 			}
-			path := fmt.Sprintf("/v1/consumers/%s/%s?%s=%d", url.PathEscape(args[0]), verb, param, n)
-			if err := client(cmd.Context()).do("POST", path, nil); err != nil {
+			if err := client().Set(cmd.Context(), args[0], verb, param, n); err != nil {
 				return failed("%v", err)
 			}
 			fmt.Fprintf(s.err, "consumer %s: %s %d\n", args[0], param, n)
@@ -194,7 +114,7 @@ group needs at least one consumer.`,
 		simple("stop", "Drain and stop a consumer", "stop"),
 		number("scale", "Set how many consumers the group runs", "scale", "size", 1, 0,
 			runtime.ErrGroupSize.Error()),
-		number("prefetch", "Change a consumer's prefetch", "prefetch", "prefetch", 1, broker.MaxPrefetch,
+		number("prefetch", "Change a consumer's prefetch", "prefetch", "prefetch", 1, runtime.MaxPrefetch,
 			"basic.qos counts unacknowledged messages in 16 bits"),
 	)
 	return cmd

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/acemq/acemq-flow/runtime"
+	"github.com/acemq/acemq-flow/runtime/admin"
+	"github.com/acemq/acemq-flow/runtime/plan"
 	"github.com/acemq/acemq-flow/test/testenv"
 )
 
@@ -15,15 +17,22 @@ import (
 func startAdmin(t *testing.T, token string) string {
 	t.Helper()
 	addr := testenv.FreeAddr(t)
-	rt, err := runtime.New(&runtime.Plan{}, runtime.Options{AMQPURL: testenv.AMQP(t), AdminAddr: addr, AdminToken: token})
+	pl := &plan.Plan{}
+	rt, err := runtime.New(pl, runtime.Options{AMQPURL: testenv.AMQP(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := admin.New(admin.Options{Addr: addr, Token: token, Runtime: rt, Plan: pl, Metrics: rt.Metrics()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
+	done := make(chan error, 2)
 	go func() { done <- rt.Run(ctx) }()
+	go func() { done <- srv.Serve(ctx) }()
 	t.Cleanup(func() {
 		cancel()
+		<-done
 		<-done
 	})
 	select {

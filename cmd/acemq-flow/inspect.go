@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/acemq/acemq-flow/runtime"
+	"github.com/acemq/acemq-flow/runtime/ops"
 )
 
 func newInspectCmd(s streams) *cobra.Command {
@@ -47,7 +47,7 @@ Environment: ACEMQ_AMQP_URL (--amqp).`,
 			if format != "text" && format != "json" {
 				return usage("--format must be text or json, not %q", format)
 			}
-			view, err := runtime.Inspect(cmd.Context(), amqpURL, args[0], limit)
+			view, err := ops.Inspect(cmd.Context(), amqpURL, args[0], limit)
 			if err != nil {
 				return failed("%v", err)
 			}
@@ -70,7 +70,7 @@ Environment: ACEMQ_AMQP_URL (--amqp).`,
 // renderInspectText writes a queue view for a person. Header values are
 // escaped like the payload preview, so a message cannot write control
 // sequences to the terminal.
-func renderInspectText(w io.Writer, v runtime.QueueView) {
+func renderInspectText(w io.Writer, v ops.QueueView) {
 	fmt.Fprintf(w, "queue %s: %d message(s)", v.Queue, v.Depth)
 	if len(v.Messages) > 0 && len(v.Messages) < v.Depth {
 		fmt.Fprintf(w, ", showing the first %d", len(v.Messages))
@@ -124,6 +124,6 @@ func renderInspectText(w io.Writer, v runtime.QueueView) {
 }
 
 func esc(s string) string {
-	out, _ := runtime.Preview([]byte(s), len(s))
+	out, _ := ops.Preview([]byte(s), len(s))
 	return out
 }

@@ -6,11 +6,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/acemq/acemq-flow/runtime/ops"
+	"github.com/acemq/acemq-flow/runtime/plan"
 	"github.com/acemq/acemq-flow/test/queuetest"
 
 	amqp "github.com/rabbitmq/amqp091-go"
-
-	"github.com/acemq/acemq-flow/runtime"
 )
 
 func TestInspectCommandUsageErrors(t *testing.T) {
@@ -40,10 +40,10 @@ func TestInspectCommandShowsMessagesAndKeepsThem(t *testing.T) {
 	e := queuetest.New(t)
 	dlq := e.Queue("orders.charge.dlq")
 	e.Put(dlq, "m-1", amqp.Table{
-		runtime.HeaderAttempt: int64(5), runtime.HeaderErrorKind: "exhausted", runtime.HeaderError: "card declined",
-		runtime.HeaderRoute: "validate,reserve,dispatch", runtime.HeaderRoutePosition: int64(1),
+		plan.HeaderAttempt: int64(5), plan.HeaderErrorKind: "exhausted", plan.HeaderError: "card declined",
+		plan.HeaderRoute: "validate,reserve,dispatch", plan.HeaderRoutePosition: int64(1),
 	}, `{"order":1}`)
-	e.Put(dlq, "m-2", amqp.Table{runtime.HeaderSlip: `{"steps":[{"exchange":"x","routingKey":"ship","name":"ship"}],` +
+	e.Put(dlq, "m-2", amqp.Table{plan.HeaderSlip: `{"steps":[{"exchange":"x","routingKey":"ship","name":"ship"}],` +
 		`"done":[{"exchange":"x","routingKey":"charge","name":"charge","completedAt":"2026-09-09T14:03:12Z"}]}`}, `{}`)
 
 	out, errOut, code := cli(t, "inspect", dlq, "--limit", "1", "--amqp", e.URL)
@@ -68,7 +68,7 @@ func TestInspectCommandShowsMessagesAndKeepsThem(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("inspect --format json: exit %d, stderr %s", code, errOut)
 	}
-	var view runtime.QueueView
+	var view ops.QueueView
 	if err := json.Unmarshal([]byte(out), &view); err != nil {
 		t.Fatalf("inspect --format json printed no JSON document (%v):\n%s", err, out)
 	}
@@ -85,7 +85,7 @@ func TestInspectCommandShowsMessagesAndKeepsThem(t *testing.T) {
 
 func TestInspectTextEscapesHeaders(t *testing.T) {
 	var b bytes.Buffer
-	renderInspectText(&b, runtime.QueueView{Queue: "q.dlq", Depth: 1, Messages: []runtime.MessageView{{
+	renderInspectText(&b, ops.QueueView{Queue: "q.dlq", Depth: 1, Messages: []ops.MessageView{{
 		MessageID: "m-1", Attempt: 2, Error: "bad\x1b[31m red", DeathReason: "rejected",
 		FailedQueue: "q", FailedAt: "2026-09-09T14:03:15Z", Size: 300, Preview: "abc", Truncated: true,
 	}}})

@@ -4,12 +4,13 @@ import (
 	"fmt"
 
 	"github.com/acemq/acemq-flow/runtime"
+	"github.com/acemq/acemq-flow/runtime/plan"
 	"github.com/acemq/acemq-flow/spec"
 )
 
 // loadAndCompile loads flows from OS paths and compiles their plan. Errors
 // and warnings come back as diagnostics; notices go to stderr.
-func loadAndCompile(io streams, paths []string) (*spec.Set, *runtime.Plan, spec.Diagnostics) {
+func loadAndCompile(io streams, paths []string) (*spec.Set, *plan.Plan, spec.Diagnostics) {
 	set, err := spec.LoadPaths(spec.Options{}, paths...)
 	var diags spec.Diagnostics
 	if set != nil {
@@ -25,7 +26,7 @@ func loadAndCompile(io streams, paths []string) (*spec.Set, *runtime.Plan, spec.
 		}
 		return set, nil, mergeDiags(diags, ds)
 	}
-	plan, err := runtime.Compile(set.Flows)
+	pl, err := plan.Compile(set.Flows)
 	if err != nil {
 		ds, ok := err.(spec.Diagnostics)
 		if !ok {
@@ -33,10 +34,10 @@ func loadAndCompile(io streams, paths []string) (*spec.Set, *runtime.Plan, spec.
 		}
 		return set, nil, mergeDiags(diags, ds)
 	}
-	if d := runtime.TooManyConsumers(plan); d != nil {
+	if d := runtime.TooManyConsumers(pl); d != nil {
 		return set, nil, mergeDiags(diags, spec.Diagnostics{*d})
 	}
-	return set, plan, diags
+	return set, pl, diags
 }
 
 func mergeDiags(a, b spec.Diagnostics) spec.Diagnostics {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/acemq/acemq-flow/runtime"
+	"github.com/acemq/acemq-flow/runtime/ops"
 	"github.com/acemq/acemq-flow/stores"
 	"github.com/acemq/acemq-flow/stores/storeurl"
 )
@@ -88,7 +88,7 @@ func renderOutbox(w io.Writer, what string, recs []stores.OutboxRecord, now time
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tEXCHANGE\tROUTING KEY\tATTEMPTS\tAGE\tLAST ERROR\tBODY")
 	for _, r := range recs {
-		body, cut := runtime.Preview(r.Body, outboxPreview)
+		body, cut := ops.Preview(r.Body, outboxPreview)
 		if cut {
 			body += "…"
 		}

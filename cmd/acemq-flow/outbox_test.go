@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/acemq/acemq-flow/runtime"
+	"github.com/acemq/acemq-flow/runtime/relay"
 	"github.com/acemq/acemq-flow/stores"
 	"github.com/acemq/acemq-flow/stores/sqlite"
 	"github.com/acemq/acemq-flow/stores/storetest"
@@ -103,7 +103,7 @@ func TestOutboxListStuckAfterRelay(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- runtime.RunRelay(ctx, amqpURL, st, runtime.RelayOptions{Poll: 5 * time.Millisecond}) }()
+	go func() { done <- relay.Run(ctx, amqpURL, st, relay.Options{Poll: 5 * time.Millisecond}) }()
 	testenv.Eventually(t, 30*time.Second, func() error {
 		recs, err := st.ListStuck(context.Background(), 0)
 		if err != nil || len(recs) != 1 {

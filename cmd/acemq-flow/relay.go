@@ -5,7 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/acemq/acemq-flow/runtime"
+	"github.com/acemq/acemq-flow/runtime/relay"
 	"github.com/acemq/acemq-flow/stores/storeurl"
 )
 
@@ -13,7 +13,7 @@ func newRelayCmd(s streams) *cobra.Command {
 	var (
 		storeURL, amqpURL   string
 		logLevel, logFormat string
-		opts                runtime.RelayOptions
+		opts                relay.Options
 	)
 	cmd := &cobra.Command{
 		Use:   "relay [--store URL] [--amqp URL] [--batch 100] [--lease 15s] [--poll 200ms]",
@@ -63,7 +63,7 @@ Environment: ACEMQ_STORE_URL (--store), ACEMQ_AMQP_URL (--amqp).`,
 			defer set.Close()
 			opts.Log = log
 			log.Info("store opened", "store", redactStore(storeURL))
-			if err := runtime.RunRelay(cmd.Context(), amqpURL, set, opts); err != nil {
+			if err := relay.Run(cmd.Context(), amqpURL, set, opts); err != nil {
 				return failed("%v", err)
 			}
 			return nil

@@ -11,12 +11,12 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
-	"github.com/acemq/acemq-flow/runtime"
+	"github.com/acemq/acemq-flow/runtime/ops"
 )
 
 func newReplayCmd(s streams) *cobra.Command {
 	var (
-		opts    runtime.ReplayOptions
+		opts    ops.ReplayOptions
 		amqpURL string
 	)
 	cmd := &cobra.Command{
@@ -53,7 +53,7 @@ Environment: ACEMQ_AMQP_URL (--amqp).`,
 			opts.From = args[0]
 			bar := newProgress(s.err, "replay "+opts.From)
 			opts.Progress = bar.set
-			sum, err := runtime.Replay(cmd.Context(), amqpURL, opts)
+			sum, err := ops.Replay(cmd.Context(), amqpURL, opts)
 			bar.finish(sum)
 			renderReplay(s.out, sum, opts)
 			if err != nil {
@@ -65,7 +65,7 @@ Environment: ACEMQ_AMQP_URL (--amqp).`,
 	f := cmd.Flags()
 	f.StringVar(&opts.To, "to", "", "replay every message to this queue (default: the queue each failed on)")
 	f.IntVar(&opts.Limit, "limit", 0, "move at most this many messages (0: all)")
-	f.IntVar(&opts.MaxReplays, "max-replays", runtime.DefaultMaxReplays, "park a message instead once it was replayed this many times")
+	f.IntVar(&opts.MaxReplays, "max-replays", ops.DefaultMaxReplays, "park a message instead once it was replayed this many times")
 	f.BoolVar(&opts.DryRun, "dry-run", false, "print what would happen and move nothing")
 	amqpFlag(f, &amqpURL)
 	return cmd
@@ -104,7 +104,7 @@ func (p *progress) set(done, total int) {
 	_ = p.bar.Set(done)
 }
 
-func (p *progress) finish(sum runtime.ReplaySummary) {
+func (p *progress) finish(sum ops.ReplaySummary) {
 	if p.bar != nil {
 		_ = p.bar.Finish()
 		_ = p.bar.Exit()
@@ -116,7 +116,7 @@ func (p *progress) finish(sum runtime.ReplaySummary) {
 }
 
 // renderReplay prints what a replay did, or in a dry run would do.
-func renderReplay(w io.Writer, sum runtime.ReplaySummary, opts runtime.ReplayOptions) {
+func renderReplay(w io.Writer, sum ops.ReplaySummary, opts ops.ReplayOptions) {
 	for _, a := range sum.Actions {
 		switch {
 		case a.Left != "" && opts.DryRun:

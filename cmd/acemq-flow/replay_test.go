@@ -4,11 +4,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/acemq/acemq-flow/runtime/plan"
 	"github.com/acemq/acemq-flow/test/queuetest"
 
 	amqp "github.com/rabbitmq/amqp091-go"
-
-	"github.com/acemq/acemq-flow/runtime"
 )
 
 func TestReplayCommandUsageErrors(t *testing.T) {
@@ -39,8 +38,8 @@ func TestReplayCommandMovesMessagesBack(t *testing.T) {
 	target := e.Queue("orders.charge")
 	dlq := e.Queue("orders.charge.dlq")
 	e.Queue("orders.charge.parked")
-	e.Put(dlq, "m-1", amqp.Table{runtime.HeaderAttempt: int64(5), runtime.HeaderError: "boom"}, `{}`)
-	e.Put(dlq, "m-2", amqp.Table{runtime.HeaderAttempt: int64(5), runtime.HeaderReplays: int64(3)}, `{}`)
+	e.Put(dlq, "m-1", amqp.Table{plan.HeaderAttempt: int64(5), plan.HeaderError: "boom"}, `{}`)
+	e.Put(dlq, "m-2", amqp.Table{plan.HeaderAttempt: int64(5), plan.HeaderReplays: int64(3)}, `{}`)
 
 	out, errOut, code := cli(t, "replay", dlq, "--dry-run", "--amqp", e.URL)
 	if code != 0 {
@@ -81,7 +80,7 @@ func TestReplayCommandMovesMessagesBack(t *testing.T) {
 func TestReplayCommandToAMissingQueueFails(t *testing.T) {
 	e := queuetest.New(t)
 	dlq := e.Queue("orders.charge.dlq")
-	e.Put(dlq, "m-1", amqp.Table{runtime.HeaderAttempt: int64(5)}, `{}`)
+	e.Put(dlq, "m-1", amqp.Table{plan.HeaderAttempt: int64(5)}, `{}`)
 
 	out, errOut, code := cli(t, "replay", dlq, "--to", e.NS+".nowhere", "--amqp", e.URL)
 	if code != 1 || !strings.Contains(errOut, `queue "`+e.NS+`.nowhere" does not exist`) || !strings.Contains(errOut, `"m-1"`) {

@@ -11,6 +11,8 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/acemq/acemq-flow/runtime"
+	"github.com/acemq/acemq-flow/runtime/admin"
+	"github.com/acemq/acemq-flow/runtime/relay"
 	"github.com/acemq/acemq-flow/stores"
 )
 
@@ -47,10 +49,10 @@ func newLogger(io streams, level, format string) (*slog.Logger, error) {
 
 func newRunCmd(io streams) *cobra.Command {
 	var (
-		amqpURL, admin, token, logLevel, logFormat string
-		storeURL                                   string
-		drain, claimTimeout                        time.Duration
-		createSchema, relay                        bool
+		amqpURL, adminAddr, token, logLevel, logFormat string
+		storeURL                                       string
+		drain, claimTimeout                            time.Duration
+		createSchema, withRelay                        bool
 	)
 	cmd := &cobra.Command{
 		Use:   "run PATH...",
@@ -74,15 +76,19 @@ ACEMQ_ADMIN_TOKEN (--admin-token), ACEMQ_STORE_URL (--store).`,
 			case claimTimeout <= 0:
 				return usage("--claim-timeout %s must be positive: it is the lease of an idempotency claim; set it above the slowest handler", claimTimeout)
 			}
-			_, plan, diags := loadAndCompile(io, args)
+			_, pl, diags := loadAndCompile(io, args)
 			_ = renderDiagText(io.err, diags)
 			if diags.HasErrors() {
 				return failed("the flows are invalid; fix the errors above")
 			}
-			opts := runtime.Options{AMQPURL: amqpURL, AdminAddr: admin, AdminToken: token, DrainTimeout: drain, Log: log,
-				ClaimTimeout: claimTimeout}
+			// Refused before anything opens: an admin listener anyone on
+			// the network could use.
+			if err := admin.CheckExposure(adminAddr, token); err != nil {
+				return failed("%v", err)
+			}
+			opts := runtime.Options{AMQPURL: amqpURL, DrainTimeout: drain, Log: log, ClaimTimeout: claimTimeout}
 			var set stores.Set
-			if needsStore(plan) || relay {
+			if needsStore(pl) || withRelay {
 				var err error
 				set, err = openStore(cmd.Context(), storeURL, claimTimeout, createSchema)
 				if err != nil {
@@ -92,7 +98,7 @@ ACEMQ_ADMIN_TOKEN (--admin-token), ACEMQ_STORE_URL (--store).`,
 				opts.Store = set
 				log.Info("store opened", "store", redactStore(storeURL))
 			}
-			rt, err := runtime.New(plan, opts)
+			rt, err := runtime.New(pl, opts)
 			if err != nil {
 				return failed("%v", err)
 			}
@@ -100,12 +106,30 @@ ACEMQ_ADMIN_TOKEN (--admin-token), ACEMQ_STORE_URL (--store).`,
 			var relayErr error
 			ctx, cancel := context.WithCancel(cmd.Context())
 			defer cancel()
-			if relay {
+			if adminAddr != "" {
+				srv, err := admin.New(admin.Options{Addr: adminAddr, Token: token, Runtime: rt, Plan: pl, Metrics: rt.Metrics(), Log: log})
+				if err != nil {
+					return failed("%v", err)
+				}
+				if err := srv.Listen(); err != nil {
+					return failed("%v", err)
+				}
+				// It answers until the runtime has drained: /readyz says
+				// not ready meanwhile.
+				adminCtx, stopAdmin := context.WithCancel(context.WithoutCancel(ctx))
+				var served sync.WaitGroup
+				defer func() {
+					stopAdmin()
+					served.Wait()
+				}()
+				served.Go(func() { _ = srv.Serve(adminCtx) })
+			}
+			if withRelay {
 				// The outbox relay runs beside the consumers, on its own
 				// connection, until the same signal (or the runtime's end)
 				// stops both.
 				wg.Go(func() {
-					relayErr = runtime.RunRelay(ctx, amqpURL, set, runtime.RelayOptions{Log: log})
+					relayErr = relay.Run(ctx, amqpURL, set, relay.Options{Log: log})
 				})
 			}
 			err = rt.Run(ctx)
@@ -127,12 +151,12 @@ ACEMQ_ADMIN_TOKEN (--admin-token), ACEMQ_STORE_URL (--store).`,
 	}
 	f := cmd.Flags()
 	amqpFlag(f, &amqpURL)
-	f.StringVar(&admin, "admin", envOr("ACEMQ_ADMIN_ADDR", "127.0.0.1:9464"), "admin listener: health, readiness (env ACEMQ_ADMIN_ADDR); empty disables it")
-	f.StringVar(&token, "admin-token", envOr("ACEMQ_ADMIN_TOKEN", ""), "bearer token the admin API requires for calls that change something; required when --admin is not loopback (env ACEMQ_ADMIN_TOKEN)")
+	f.StringVar(&adminAddr, "admin", envOr("ACEMQ_ADMIN_ADDR", "127.0.0.1:9464"), "admin listener: health, readiness (env ACEMQ_ADMIN_ADDR); empty disables it")
+	f.StringVar(&token, "admin-token", envOr("ACEMQ_ADMIN_TOKEN", ""), "bearer token every admin endpoint but /healthz and /readyz requires (metrics and listings included); required when --admin is not loopback (env ACEMQ_ADMIN_TOKEN)")
 	f.DurationVar(&drain, "drain-timeout", 30*time.Second, "how long handlers in flight may finish on shutdown")
 	f.StringVar(&storeURL, "store", envOr("ACEMQ_STORE_URL", defaultStore), "idempotency store: postgres://…, sqlite:PATH or memory: (env ACEMQ_STORE_URL)")
 	f.DurationVar(&claimTimeout, "claim-timeout", 5*time.Minute, "idempotency claims' lease: set it above the slowest handler")
-	f.BoolVar(&relay, "relay", false, "also run the outbox relay on --store")
+	f.BoolVar(&withRelay, "relay", false, "also run the outbox relay on --store")
 	f.BoolVar(&createSchema, "create-schema", false, "create the store's tables if missing (development only; otherwise run acemq-flow migrate)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&logFormat, "log-format", "text", "text or json")

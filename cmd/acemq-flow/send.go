@@ -11,19 +11,21 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/acemq/acemq-flow/runtime"
-	"github.com/acemq/acemq-flow/runtime/broker"
+	"github.com/acemq/acemq-flow/runtime/admin"
+	"github.com/acemq/acemq-flow/runtime/decide"
+	"github.com/acemq/acemq-flow/runtime/ops"
+	"github.com/acemq/acemq-flow/runtime/plan"
 )
 
 func newSendCmd(s streams) *cobra.Command {
 	var (
-		t       runtime.Target
-		data    string
-		amqpURL string
-		admin   string
-		token   string
-		in, at  string
-		wait    time.Duration
+		t         decide.Target
+		data      string
+		amqpURL   string
+		adminAddr string
+		token     string
+		in, at    string
+		wait      time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "send [PATH...] (--pipeline|--itinerary NAME | --exchange X --routing-key K) [--data @file|-|JSON] [--wait DURATION]",
@@ -38,7 +40,7 @@ exit 0 when the run completed or stopped, 1 when it was dead-lettered or no
 reply came in time.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if in != "" || at != "" {
-				return failed("--in and --at need the scheduler, which is %v", runtime.ErrUnsupported)
+				return failed("--in and --at need the scheduler, which is %v", plan.ErrUnsupported)
 			}
 			// The target is checked before the payload is read: --data - may
 			// wait on standard input.
@@ -46,40 +48,37 @@ reply came in time.`,
 				return err
 			}
 			if t.Saga != "" {
-				return failed("saga %q: sagas are %v", t.Saga, runtime.ErrUnsupported)
+				return failed("saga %q: sagas are %v", t.Saga, plan.ErrUnsupported)
 			}
 			payload, err := readData(cmd.Context(), s, data)
 			if err != nil {
 				return err
 			}
-			var msg broker.Message
+			var msg decide.Message
 			if len(args) > 0 {
-				_, plan, ds := loadAndCompile(s, args)
+				_, pl, ds := loadAndCompile(s, args)
 				if ds.HasErrors() {
 					_ = renderDiagText(s.err, ds)
 					return failed("the flows are invalid; fix the errors above")
 				}
-				if msg, err = runtime.FirstMessage(plan, t, payload, time.Now()); err != nil {
+				if msg, err = decide.FirstMessage(pl, t, payload, time.Now()); err != nil {
 					return failed("%v", err)
 				}
 			} else if t.Exchange != "" || t.RoutingKey != "" {
-				if msg, err = runtime.FirstMessage(&runtime.Plan{}, t, payload, time.Now()); err != nil {
+				if msg, err = decide.FirstMessage(&plan.Plan{}, t, payload, time.Now()); err != nil {
 					return failed("%v", err)
 				}
 			} else {
 				// No flow files: the running runtime knows the flows.
-				var wm runtime.WireMessage
-				req := map[string]any{"target": t, "payload": json.RawMessage(orNull(payload))}
-				if err := newAdminClient(cmd.Context(), admin, token).post("/v1/messages/first", req, &wm); err != nil {
+				if msg, err = admin.NewClient(adminAddr, token).FirstMessage(cmd.Context(), t, payload); err != nil {
 					return failed("%v", err)
 				}
-				msg = wm.Message()
 			}
-			reply, err := runtime.Send(cmd.Context(), amqpURL, msg, wait)
+			reply, err := ops.Send(cmd.Context(), amqpURL, msg, wait)
 			if err != nil {
 				return failed("%v", err)
 			}
-			fmt.Fprintf(s.err, "sent message %s to exchange %q with key %q\n", msg.MessageId, msg.Exchange, msg.RoutingKey)
+			fmt.Fprintf(s.err, "sent message %s to exchange %q with key %q\n", msg.MessageID, msg.Exchange, msg.RoutingKey)
 			if reply == nil {
 				return nil
 			}
@@ -113,7 +112,7 @@ reply came in time.`,
 	f.StringVar(&at, "at", "", "deliver at this time (needs the scheduler: not supported yet)")
 	f.DurationVar(&wait, "wait", 0, "wait this long for the reply (request/reply)")
 	amqpFlag(f, &amqpURL)
-	f.StringVar(&admin, "admin", envOr("ACEMQ_ADMIN_ADDR", "127.0.0.1:9464"), "without PATH, the running runtime's admin address, which knows the flows (env ACEMQ_ADMIN_ADDR)")
+	f.StringVar(&adminAddr, "admin", envOr("ACEMQ_ADMIN_ADDR", "127.0.0.1:9464"), "without PATH, the running runtime's admin address, which knows the flows (env ACEMQ_ADMIN_ADDR)")
 	f.StringVar(&token, "admin-token", envOr("ACEMQ_ADMIN_TOKEN", ""), "without PATH, the bearer token of the runtime's admin API, when it has one (env ACEMQ_ADMIN_TOKEN)")
 	return cmd
 }
@@ -121,7 +120,7 @@ reply came in time.`,
 // checkTarget returns a usage error unless t names exactly one target:
 // a pipeline, an itinerary, a saga, or an exchange and routing key. A
 // pipeline or an itinerary also needs a payload.
-func checkTarget(t runtime.Target, data string) error {
+func checkTarget(t decide.Target, data string) error {
 	var named, kinds []string
 	for _, f := range []struct{ flag, kind, value string }{{"--pipeline", "pipeline", t.Pipeline}, {"--itinerary", "itinerary", t.Itinerary}, {"--saga", "saga", t.Saga}} {
 		if f.value != "" {
@@ -147,13 +146,6 @@ func checkTarget(t runtime.Target, data string) error {
 		return usage("--itinerary %s needs a payload: give --data with JSON text, @file or - (standard input)", t.Itinerary)
 	}
 	return nil
-}
-
-func orNull(b []byte) []byte {
-	if len(b) == 0 {
-		return []byte("null")
-	}
-	return b
 }
 
 func readData(ctx context.Context, s streams, data string) ([]byte, error) {

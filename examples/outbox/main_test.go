@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/acemq/acemq-flow/runtime"
+	"github.com/acemq/acemq-flow/runtime/relay"
 	"github.com/acemq/acemq-flow/stores"
 	"github.com/acemq/acemq-flow/stores/storeurl"
 	"github.com/acemq/acemq-flow/test/queuetest"
@@ -102,7 +102,7 @@ func TestOutboxExampleThroughTheRelay(t *testing.T) {
 			defer set.Close()
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)
-			go func() { done <- runtime.RunRelay(ctx, amqpURL, set, runtime.RelayOptions{Poll: 10 * time.Millisecond}) }()
+			go func() { done <- relay.Run(ctx, amqpURL, set, relay.Options{Poll: 10 * time.Millisecond}) }()
 			got := map[string][]byte{}
 			timeout := time.After(30 * time.Second)
 			for len(got) < len(ids) {

@@ -24,6 +24,8 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/acemq/acemq-flow/runtime"
+	"github.com/acemq/acemq-flow/runtime/decide"
+	"github.com/acemq/acemq-flow/runtime/plan"
 	"github.com/acemq/acemq-flow/spec"
 	"github.com/acemq/acemq-flow/stores"
 	"github.com/acemq/acemq-flow/stores/storeurl"
@@ -143,11 +145,11 @@ func rawHop(b *testing.B, url, src, dst string, n int, headers bool) float64 {
 		out := amqp.Publishing{MessageId: d.MessageId, Body: d.Body, DeliveryMode: amqp.Persistent}
 		if headers {
 			now := time.Now()
-			out.MessageId, out.CorrelationId = runtime.NewMessageID(), d.MessageId
+			out.MessageId, out.CorrelationId = decide.NewMessageID(), d.MessageId
 			out.ContentType, out.Timestamp = "application/json", now.UTC().Truncate(time.Second)
-			out.Headers = amqp.Table{runtime.HeaderAttempt: int64(1), runtime.HeaderCausationID: d.MessageId,
-				runtime.HeaderFirstSeen: runtime.FormatTime(now), runtime.HeaderOrigin: "bench",
-				runtime.HeaderRoute: "a,b", runtime.HeaderRoutePosition: int64(1)}
+			out.Headers = amqp.Table{plan.HeaderAttempt: int64(1), plan.HeaderCausationID: d.MessageId,
+				plan.HeaderFirstSeen: decide.FormatTime(now), plan.HeaderOrigin: "bench",
+				plan.HeaderRoute: "a,b", plan.HeaderRoutePosition: int64(1)}
 		}
 		dc, err := pch.PublishWithDeferredConfirmWithContext(context.Background(), "", dst, true, false, out)
 		if err != nil {
@@ -195,14 +197,14 @@ func runtimeHop(b *testing.B, url, pipe, handler, testkit string, inprocess bool
 	if err != nil {
 		b.Fatal(err)
 	}
-	plan, err := runtime.Compile(set.Flows)
+	plan, err := plan.Compile(set.Flows)
 	if err != nil {
 		b.Fatal(err)
 	}
 	opts := runtime.Options{AMQPURL: url, Store: store}
 	if inprocess {
-		opts.Handlers = map[string]runtime.HandlerFunc{handler: func(_ context.Context, r runtime.Request) (runtime.Result, error) {
-			return runtime.Result{Payload: r.Payload}, nil
+		opts.Handlers = map[string]runtime.HandlerFunc{handler: func(_ context.Context, r runtime.Request) (decide.Result, error) {
+			return decide.Result{Payload: r.Payload}, nil
 		}}
 	}
 	// The topology is declared first and the queue filled, then the runtime
@@ -253,7 +255,7 @@ func drop(b *testing.B, ch *amqp.Channel, queue string) {
 	}
 }
 
-func declare(b *testing.B, ch *amqp.Channel, plan *runtime.Plan) {
+func declare(b *testing.B, ch *amqp.Channel, plan *plan.Plan) {
 	for _, e := range plan.Exchanges {
 		if e.Type != "" {
 			if err := ch.ExchangeDeclare(e.Name, e.Type, true, false, false, false, nil); err != nil {

@@ -384,7 +384,7 @@ func TestDrainTimeoutSaysWhatWasLeftForRedelivery(t *testing.T) {
 		return nil
 	})
 	_ = p.stop(t, syscall.SIGTERM)
-	if !strings.Contains(p.output(), "consumer slow.nap still had 1 message(s) in flight after 1s; they will be redelivered") {
+	if !strings.Contains(p.output(), `msg="consumer drained with messages still in flight after the drain timeout; they will be redelivered" flow=e2e consumer=slow.nap queue=slow.nap left_for_redelivery=1 drain_timeout=1s`) {
 		t.Errorf("the drain line is missing:\n%s", tail(p.output(), 30))
 	}
 	ch := dial(t, url)

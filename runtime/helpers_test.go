@@ -1,7 +1,0 @@
-package runtime
-
-import "testing/fstest"
-
-func testFS(flow string) fstest.MapFS {
-	return fstest.MapFS{"f.yaml": {Data: []byte(flow)}}
-}

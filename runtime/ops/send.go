@@ -1,0 +1,178 @@
+package ops
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/acemq/acemq-flow/runtime/broker"
+	"github.com/acemq/acemq-flow/runtime/decide"
+	"github.com/acemq/acemq-flow/runtime/plan"
+	"github.com/acemq/acemq-flow/runtime/wire"
+)
+
+// Reply is what came back to a `send --wait`.
+type Reply struct {
+	Outcome   string // completed, stopped, dead-lettered
+	Payload   []byte
+	Headers   decide.Table
+	StoppedAt string
+	Error     string
+	Slip      *decide.Itinerary // the run's slip, for an itinerary: how far it got
+}
+
+// Route renders the reply's slip for a person ("validate ✓ 14:03:11 →
+// approve ✓ 14:03:12 → charge ✓ 14:03:12"), or "" without one.
+func (r *Reply) Route() string {
+	if r.Slip == nil {
+		return ""
+	}
+	return r.Slip.Text()
+}
+
+// ErrNoReply is returned by Send when no reply came within the wait.
+var ErrNoReply = errors.New("no reply")
+
+// sendOpTimeout bounds each of send's calls to the broker, closing the
+// connection included: a broker that reads nothing (a resource alarm)
+// answers none of them, and send should not outlast its wait by much.
+const sendOpTimeout = 2 * time.Second
+
+// sendConfirmTimeout bounds the wait for the broker's confirm of a send
+// without --wait.
+const sendConfirmTimeout = 30 * time.Second
+
+// Send publishes msg on a connection of its own with the runtime's
+// confirmed publisher and, when wait is positive, waits for the run's reply
+// on a reply queue of its own (correlated by the run's id); wait bounds the
+// whole, from the publish to the reply. It returns nil Reply when wait is
+// zero.
+func Send(ctx context.Context, url string, msg decide.Message, wait time.Duration) (*Reply, error) {
+	dctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	conn, err := broker.Open(dctx, url, broker.ConnOptions{Name: "acemq-flow send", OpTimeout: sendOpTimeout})
+	if err != nil {
+		return nil, fmt.Errorf("connect to the broker: %w", err)
+	}
+	defer conn.Close()
+	var replies *replyWaiter
+	if wait > 0 {
+		// Waiting before publishing: a run may end before the publish's
+		// confirm comes back.
+		if replies, err = waitForReplies(dctx, conn); err != nil {
+			return nil, err
+		}
+		defer replies.close()
+		msg.ReplyTo = replies.queue
+	}
+	// Its one publish has an outcome, or has had its wait, by the time it
+	// closes: nothing is worth waiting for then.
+	pub, err := broker.OpenPublisher(dctx, conn, broker.PublisherOptions{CloseTimeout: 100 * time.Millisecond})
+	if err != nil {
+		return nil, fmt.Errorf("open a publisher: %w", err)
+	}
+	defer pub.Close()
+	// The wait runs from the publish: a broker that does not confirm (a
+	// resource alarm blocks publishers) must not hold send past it.
+	limit := wait
+	if limit <= 0 {
+		limit = sendConfirmTimeout
+	}
+	timer := time.NewTimer(limit)
+	defer timer.Stop()
+	pctx, pcancel := context.WithTimeout(ctx, limit)
+	defer pcancel()
+	if err := pub.Publish(pctx, wire.Publishing(msg)); err != nil {
+		return nil, sendError(ctx, msg, limit, err)
+	}
+	if replies == nil {
+		return nil, nil
+	}
+	for {
+		select {
+		case d, ok := <-replies.deliveries:
+			if !ok {
+				return nil, errors.New("the reply queue's consumer was cancelled before the reply came")
+			}
+			if d.CorrelationId != msg.CorrelationID {
+				continue
+			}
+			h := decide.Table(d.Headers)
+			r := &Reply{Outcome: decide.HeaderText(h[plan.HeaderOutcome]), Payload: d.Body, Headers: h,
+				StoppedAt: decide.HeaderText(h[plan.HeaderStoppedAt]), Error: decide.HeaderText(h[plan.HeaderError])}
+			if raw := decide.HeaderText(h[plan.HeaderSlip]); raw != "" {
+				if it, err := decide.ParseItinerary([]byte(raw)); err == nil {
+					r.Slip = &it
+				}
+			}
+			return r, nil
+		case <-timer.C:
+			return nil, fmt.Errorf("%w within %s for message %s", ErrNoReply, wait, msg.MessageID)
+		case <-ctx.Done():
+			// The message went out: say which, so that it can be followed.
+			return nil, fmt.Errorf("message %s was sent, and the wait for its reply was interrupted: %w", msg.MessageID, ctx.Err())
+		}
+	}
+}
+
+// sendError words a publish that failed, for a person at a terminal.
+func sendError(ctx context.Context, msg decide.Message, limit time.Duration, err error) error {
+	switch {
+	case broker.MissingExchange(err):
+		return fmt.Errorf("exchange %q does not exist on the broker; run the flows that declare it (`acemq-flow run`), or correct the name", msg.Exchange)
+	case errors.Is(err, broker.ErrUnroutable):
+		return fmt.Errorf("%w: exchange %q has no queue bound for key %q; is the runtime running with these flows?", broker.ErrUnroutable, msg.Exchange, msg.RoutingKey)
+	case errors.Is(err, broker.ErrNacked):
+		return fmt.Errorf("the broker refused the message (nack) on %q with key %q", msg.Exchange, msg.RoutingKey)
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("%w: the broker did not confirm message %s to %q with key %q within %s (a resource alarm blocks publishers until it clears); it may yet be delivered",
+			broker.ErrIndeterminate, msg.MessageID, msg.Exchange, msg.RoutingKey, limit)
+	}
+	return fmt.Errorf("publish to %q with key %q: %w", msg.Exchange, msg.RoutingKey, err)
+}
+
+// replyWaiter consumes the replies to one send: an exclusive queue the
+// broker names, deleted with the connection.
+type replyWaiter struct {
+	ch         *amqp.Channel
+	queue      string
+	deliveries <-chan amqp.Delivery
+}
+
+func waitForReplies(ctx context.Context, conn *broker.Conn) (*replyWaiter, error) {
+	ch, err := conn.Channel(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("open a channel for the reply: %w", err)
+	}
+	q, err := ch.QueueDeclare("", false, true, true, false, nil)
+	if err != nil {
+		_ = ch.Close()
+		return nil, fmt.Errorf("declare a queue for the reply: %w", err)
+	}
+	deliveries, err := ch.Consume(q.Name, "", true, true, false, false, nil)
+	if err != nil {
+		_ = ch.Close()
+		return nil, fmt.Errorf("consume the reply queue %q: %w", q.Name, err)
+	}
+	return &replyWaiter{ch: ch, queue: q.Name, deliveries: deliveries}, nil
+}
+
+// close closes the waiter's channel, giving up after a second: a broker
+// that reads nothing (a resource alarm) never answers the close, and
+// closing the connection next ends it.
+func (w *replyWaiter) close() {
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		_ = w.ch.Close()
+	}()
+	select {
+	case <-closed:
+	case <-time.After(time.Second):
+	}
+}

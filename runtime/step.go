@@ -1,0 +1,33 @@
+package runtime
+
+import (
+	"context"
+
+	"github.com/acemq/acemq-flow/runtime/decide"
+)
+
+// A group's step is a chain of small wrappers around the handler call,
+// each in a file of its own: the payload checks (step_check.go), the claim
+// gate of an idempotent consumer (step_claim.go), and the call with its
+// timeout (step_call.go). A wrapper does its part and either decides the
+// delivery itself (a bad payload is dead-lettered, a duplicate
+// acknowledged) or calls the next one. What a delivery needs later, once
+// the decision is carried out, travels in its delivery value.
+
+// delivery is one delivery on its way through the step.
+type delivery struct {
+	in     decide.Inbound
+	ticket *Ticket // the claim the gate took, to confirm or release once settled
+}
+
+// stepFunc decides what happens to one delivery.
+type stepFunc func(ctx context.Context, d *delivery) decide.Decision
+
+// steps builds the group's step, outermost wrapper first.
+func (g *group) steps() stepFunc {
+	step := g.callStep()
+	if g.gate != nil {
+		step = g.claimStep(step)
+	}
+	return g.checkStep(step)
+}

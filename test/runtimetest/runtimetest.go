@@ -1,0 +1,50 @@
+// Package runtimetest runs flows on the real broker for the tests of the
+// engine and of the packages beside it.
+package runtimetest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/acemq/acemq-flow/runtime"
+	"github.com/acemq/acemq-flow/runtime/plan"
+	"github.com/acemq/acemq-flow/spec"
+	"github.com/acemq/acemq-flow/test/testenv"
+)
+
+// Start runs the flow with in-process handlers (opts.Handlers) on the
+// broker at url until the test ends, and returns once its consumers run.
+func Start(t *testing.T, url, flow string, opts runtime.Options) (*runtime.Runtime, *plan.Plan) {
+	t.Helper()
+	set, err := spec.Load(testenv.FlowFS(flow), "f.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl, err := plan.Compile(set.Flows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.AMQPURL = url
+	rt, err := runtime.New(pl, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- rt.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run returned %v after shutdown, want nil", err)
+		}
+	})
+	select {
+	case <-rt.Started():
+	case err := <-done:
+		t.Fatalf("Run failed before starting: %v", err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("the runtime did not start within 60s")
+	}
+	return rt, pl
+}
