@@ -404,15 +404,7 @@ func (g *group) carryOut(ctx context.Context, d *broker.Delivery, in decide.Inbo
 	// not while the message may yet go back to its queue or elsewhere. A
 	// reply that fails is logged and holds nothing back: the run has ended,
 	// and the requester may be gone.
-	sendReplies := func() {
-		g.publishAll(ctx, replies, func(p decide.Publish, err error) {
-			if errors.Is(err, broker.ErrUnroutable) {
-				g.log.Warn("reply not delivered: nothing listens on reply_to any more", "message_id", in.Env.MessageID, "routing_key", p.RoutingKey)
-				return
-			}
-			g.log.Warn("reply not delivered", "message_id", in.Env.MessageID, "routing_key", p.RoutingKey, "error", err)
-		}, func(error) { settle() })
-	}
+	sendReplies := func() { g.sendReplies(ctx, in, replies, replyAttempts, settle) }
 	g.publishAll(ctx, own, nil, func(failed error) {
 		switch {
 		case failed != nil:
@@ -426,6 +418,41 @@ func (g *group) carryOut(ctx context.Context, d *broker.Delivery, in decide.Inbo
 		default:
 			g.bg.Go(sendReplies)
 		}
+	})
+}
+
+// replyAttempts is how many times a reply is published whose outcome is
+// unknown (the channel closed before the broker confirmed it) before it is
+// given up.
+const replyAttempts = 3
+
+// sendReplies publishes a run's replies, publishing again, up to left
+// times in all, those whose outcome is unknown, then calls done. A reply
+// that fails otherwise, or every time, is logged and holds nothing back:
+// the run has ended, and the requester may be gone.
+func (g *group) sendReplies(ctx context.Context, in decide.Inbound, replies []decide.Publish, left int, done func()) {
+	var (
+		mu    sync.Mutex
+		again []decide.Publish
+	)
+	g.publishAll(ctx, replies, func(p decide.Publish, err error) {
+		switch {
+		case errors.Is(err, broker.ErrUnroutable):
+			g.log.Warn("reply not delivered: nothing listens on reply_to any more", "message_id", in.Env.MessageID, "routing_key", p.RoutingKey)
+		case errors.Is(err, broker.ErrIndeterminate) && left > 1 && ctx.Err() == nil:
+			mu.Lock()
+			again = append(again, p)
+			mu.Unlock()
+		default:
+			g.log.Warn("reply not delivered", "message_id", in.Env.MessageID, "routing_key", p.RoutingKey, "error", err)
+		}
+	}, func(error) {
+		if len(again) == 0 {
+			done()
+			return
+		}
+		// Not on the confirm callback, which must not publish.
+		g.bg.Go(func() { g.sendReplies(ctx, in, again, left-1, done) })
 	})
 }
 
@@ -458,7 +485,7 @@ func (g *group) publishAll(ctx context.Context, ps []decide.Publish, failed func
 				done(first)
 			}
 		}
-		if err := g.r.pub.PublishFunc(ctx, wire.Publishing(p.Message), cb); err != nil {
+		if err := g.r.publisherFor(p.Exchange).PublishFunc(ctx, wire.Publishing(p.Message), cb); err != nil {
 			cb(err)
 		}
 	}

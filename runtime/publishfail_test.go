@@ -2,7 +2,9 @@ package runtime_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -42,11 +44,106 @@ func TestResultToAMissingExchangeIsDeadLettered(t *testing.T) {
 		t.Fatal(err)
 	}
 	dl := deadLettered(t, ch, "p.a.dlq", calls)
-	if reason, _ := dl.Headers[plan.HeaderError].(string); !strings.Contains(reason, "could not be routed") || !strings.Contains(reason, "no-such-exchange") {
-		t.Errorf("dead-lettered with reason %q, want one saying the result could not be routed to no-such-exchange", reason)
+	if reason, _ := dl.Headers[plan.HeaderError].(string); !strings.Contains(reason, `exchange "no-such-exchange"`) || !strings.Contains(reason, "does not exist") {
+		t.Errorf("dead-lettered with reason %q, want one saying exchange no-such-exchange does not exist", reason)
 	}
 	if n := calls.Load(); n != 1 {
 		t.Errorf("the handler ran %d times, want once", n)
+	}
+}
+
+const mixedFlow = `version: acemq.flow/v1
+name: mx
+plugins:
+  k: {command: ./not-started}
+pipelines:
+  - name: p
+    steps:
+      - {name: a, handler: k.echo, queue_type: classic, concurrency: 8, prefetch: 20}
+      - {name: b, handler: k.echo, queue_type: classic, concurrency: 8, prefetch: 20}
+`
+
+// TestOneBadSlipHurtsNoOtherMessage sends many runs, every tenth with a
+// slip whose next stop names an exchange that does not exist, all asking
+// for a reply. A bad destination is that message's outcome alone: each bad
+// run is dead-lettered once, naming the missing exchange, and answered as
+// such; every other run completes once and is answered once. Before, the
+// 404 closed the runtime's one publishing channel, failing every publish in
+// flight on it: other runs' outputs were published again (duplicates),
+// their replies lost, and bad messages dead-lettered many times over.
+func TestOneBadSlipHurtsNoOtherMessage(t *testing.T) {
+	url := testenv.VHost(t)
+	const runs, every = 1000, 10
+	var mu sync.Mutex
+	calls := map[string]int{} // step:correlation id → calls
+	rt, _ := runtimetest.Start(t, url, mixedFlow, runtime.Options{Handlers: map[string]runtime.HandlerFunc{
+		"k.echo": func(_ context.Context, req runtime.Request) (decide.Result, error) {
+			mu.Lock()
+			calls[fmt.Sprintf("step %d of run %s", req.Envelope.RoutePosition, decide.RunID(req.Envelope))]++
+			mu.Unlock()
+			return decide.Result{Payload: req.Payload}, nil
+		}}})
+	ch := channelOn(t, url)()
+	if _, err := ch.QueueDeclare("replies", false, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	bad := `{"steps":[{"exchange":"","routingKey":"p.a","name":"a"},{"exchange":"no-such-exchange","routingKey":"k","name":"b"}],"done":[]}`
+	for i := range runs {
+		p := amqp.Publishing{MessageId: fmt.Sprintf("run-%d", i), ContentType: "application/json", ReplyTo: "replies", Body: []byte(`{"id":1}`)}
+		if i%every == 0 {
+			p.Headers = amqp.Table{plan.HeaderSlip: bad}
+		}
+		if err := ch.PublishWithContext(t.Context(), "", "p.a", false, false, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	replies := map[string]amqp.Delivery{}
+	dupReplies := 0
+	testenv.Eventually(t, 60*time.Second, func() error {
+		for {
+			d, ok, err := ch.Get("replies", true)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				break
+			}
+			if _, seen := replies[d.CorrelationId]; seen {
+				dupReplies++
+			}
+			replies[d.CorrelationId] = d
+		}
+		if len(replies) < runs {
+			return testenv.Errorf("%d of %d runs answered", len(replies), runs)
+		}
+		return nil
+	})
+	for i := range runs {
+		id := fmt.Sprintf("run-%d", i)
+		outcome, _ := replies[id].Headers[plan.HeaderOutcome].(string)
+		reason, _ := replies[id].Headers[plan.HeaderError].(string)
+		switch {
+		case i%every == 0 && (outcome != "dead-lettered" || !strings.Contains(reason, `exchange "no-such-exchange"`) || !strings.Contains(reason, "does not exist")):
+			t.Errorf("run %s with a bad slip answered %q (%q), want dead-lettered naming the missing exchange", id, outcome, reason)
+		case i%every != 0 && outcome != "completed":
+			t.Errorf("run %s answered %q (%q), want completed", id, outcome, reason)
+		}
+	}
+	a := counters(t, rt, "p.a", decide.OutcomeAcknowledged, runs-runs/every)
+	b := counters(t, rt, "p.b", decide.OutcomeAcknowledged, runs-runs/every)
+	if dupReplies != 0 || a[runtime.OutcomeRejected] != 0 || b[runtime.OutcomeRejected] != 0 || a[decide.OutcomeDeadLettered] != runs/every {
+		t.Errorf("%d replies twice; p.a counted %v, p.b %v; want no reply twice, nothing handed back, %d dead-lettered", dupReplies, a, b, runs/every)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for k, n := range calls {
+		if n != 1 {
+			t.Errorf("the handler ran %d times for %s, want once", n, k)
+		}
+	}
+	dlq, err := ch.QueueDeclarePassive("p.a.dlq", true, false, false, false, nil)
+	if err != nil || dlq.Messages != runs/every {
+		t.Errorf("p.a.dlq holds %d messages (%v), want %d: each bad run once", dlq.Messages, err, runs/every)
 	}
 }
 

@@ -61,13 +61,16 @@ type Runtime struct {
 	opts Options
 	log  *slog.Logger
 
-	routes  map[string][]string // pipeline → route
-	ready   atomic.Bool
-	started chan struct{} // closed once the consumers run
-	consume *broker.Conn
-	publish *broker.Conn
-	pub     *broker.Publisher
-	topo    *broker.Topology
+	routes    map[string][]string // pipeline → route
+	ready     atomic.Bool
+	started   chan struct{} // closed once the consumers run
+	consume   *broker.Conn
+	publish   *broker.Conn
+	pub       *broker.Publisher
+	foreign   *broker.Publisher // for exchanges the runtime does not declare (destinations.go)
+	owned     map[string]bool   // exchanges the runtime declares, and ""
+	exchanges *broker.ExchangeCache
+	topo      *broker.Topology
 
 	stopping chan struct{} // closed once Run drains, or fails to start: no consumer starts after it
 	stopOnce sync.Once
@@ -124,6 +127,7 @@ func New(pl *plan.Plan, opts Options) (*Runtime, error) {
 	for _, p := range pl.Pipelines {
 		r.routes[p.Name] = p.Route
 	}
+	r.owned = ownedExchanges(pl)
 	return r, nil
 }
 
@@ -167,6 +171,10 @@ func (r *Runtime) Run(ctx context.Context) (err error) {
 	if r.pub, err = broker.OpenPublisher(ctx, r.publish, broker.PublisherOptions{Log: r.log}); err != nil {
 		return fmt.Errorf("open the publisher: %w", err)
 	}
+	if r.foreign, err = broker.OpenPublisher(ctx, r.publish, broker.PublisherOptions{Log: r.log}); err != nil {
+		return fmt.Errorf("open the publisher: %w", err)
+	}
+	r.exchanges = broker.NewExchangeCache(r.topo.ExchangeExists, trustExchangeFound, trustExchangeMissing)
 	if err := r.startPlugins(ctx, startable); err != nil {
 		return err
 	}
@@ -224,6 +232,9 @@ func (r *Runtime) draining() bool {
 func (r *Runtime) closeAll() {
 	if r.pub != nil {
 		_ = r.pub.Close()
+	}
+	if r.foreign != nil {
+		_ = r.foreign.Close()
 	}
 	if r.topo != nil {
 		_ = r.topo.Close()

@@ -1,0 +1,57 @@
+package runtime
+
+import (
+	"context"
+	"time"
+
+	"github.com/acemq/acemq-flow/runtime/broker"
+	"github.com/acemq/acemq-flow/runtime/plan"
+	"github.com/acemq/acemq-flow/spec"
+)
+
+// A routing slip may send a message to any exchange, and a publish to one
+// that does not exist makes the broker close the channel (404), failing
+// every publish in flight on it: outputs of other runs are published again
+// (duplicates) and their replies lost. So a message's bad destination stays
+// that message's outcome alone: exchanges the runtime does not declare are
+// asked about before a publish (step_destination.go), the answer kept
+// briefly, and publishes to them go on a channel of their own, so that one
+// missing in a race costs only the publishes to such exchanges, which are
+// redone.
+
+// How long an answer about an exchange the runtime does not declare is
+// trusted: found, and missing.
+const (
+	trustExchangeFound   = 5 * time.Second
+	trustExchangeMissing = time.Second
+)
+
+// ownedExchanges are the exchanges the runtime declares at start (and the
+// default exchange): they exist while it runs.
+func ownedExchanges(p *plan.Plan) map[string]bool {
+	owned := map[string]bool{"": true}
+	for _, e := range p.Exchanges {
+		if e.Mode == plan.Declare && e.Apply != spec.ApplyDryRun {
+			owned[e.Name] = true
+		}
+	}
+	return owned
+}
+
+// publisherFor is the publisher of a message to exchange: the runtime's
+// own, or, for an exchange it does not declare, the one beside it.
+func (r *Runtime) publisherFor(exchange string) *broker.Publisher {
+	if r.owned[exchange] {
+		return r.pub
+	}
+	return r.foreign
+}
+
+// exchangeExists reports whether an exchange the runtime does not declare
+// exists, from a recent answer or by asking the broker.
+func (r *Runtime) exchangeExists(ctx context.Context, name string) (bool, error) {
+	if r.owned[name] {
+		return true, nil
+	}
+	return r.exchanges.Exists(ctx, name)
+}

@@ -1,0 +1,33 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/acemq/acemq-flow/runtime/decide"
+)
+
+// destinationStep dead-letters a delivery whose decision publishes to an
+// exchange that does not exist (a routing slip's next stop, say), naming
+// the exchange, instead of publishing there (see destinations.go). When
+// the broker cannot be asked, the publish goes ahead and its own outcome
+// decides.
+func (g *group) destinationStep(next stepFunc) stepFunc {
+	return func(ctx context.Context, d *delivery) decide.Decision {
+		dec := next(ctx, d)
+		for _, p := range dec.Publish {
+			if p.BestEffort || g.r.owned[p.Exchange] {
+				continue
+			}
+			exists, err := g.r.exchangeExists(ctx, p.Exchange)
+			if err != nil || exists {
+				continue
+			}
+			return decide.DeadLetter(g.c, d.in, decide.KindFatal,
+				fmt.Sprintf("exchange %q, where the result goes next (routing key %q), does not exist on the broker; declare it, or correct the routing slip", p.Exchange, p.RoutingKey),
+				time.Now())
+		}
+		return dec
+	}
+}
