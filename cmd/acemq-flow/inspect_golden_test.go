@@ -99,7 +99,7 @@ func TestInspectGoldens(t *testing.T) {
 	})
 	put(dlq, amqp.Publishing{
 		MessageId: "m-4", ContentType: "application/json",
-		Headers:   amqp.Table{plan.HeaderAttempt: int32(2), plan.HeaderSlip: "not a slip"},
+		Headers: amqp.Table{plan.HeaderAttempt: int32(2), plan.HeaderSlip: "not a slip"},
 	})
 	put(quorum, amqp.Publishing{
 		MessageId: "m-5", CorrelationId: "corr-5", Type: "Reservation", ContentType: "application/json",
