@@ -103,3 +103,11 @@ func (c *ExchangeCache) forgetOld(now time.Time) {
 		clear(c.answers)
 	}
 }
+
+// Forget drops every answer: the next lookup of each name asks again (an
+// exchange found to exist has vanished since, say).
+func (c *ExchangeCache) Forget() {
+	c.mu.Lock()
+	clear(c.answers)
+	c.mu.Unlock()
+}

@@ -134,8 +134,7 @@ type Relay struct {
 	heldMu    sync.Mutex
 	held      map[*heldBatch]struct{}
 
-	exMu     sync.Mutex
-	exSeenAt map[string]time.Time // exchanges found to exist, and when
+	exchanges *broker.ExchangeCache // nil when opts.Exchanges is
 
 	claimed, published, failed, stuck, left, leaseLost atomic.Int64
 }
@@ -193,8 +192,17 @@ func New(store relayStore, pub relayPublisher, opts Options) (*Relay, error) {
 		freed:     make(chan struct{}, 1),
 		heldSlots: make(chan struct{}, relayHeldBatches),
 		held:      map[*heldBatch]struct{}{},
-		exSeenAt:  map[string]time.Time{},
+		exchanges: exchangeCache(opts.Exchanges),
 	}, nil
+}
+
+// exchangeCache keeps for relayExchangeTTL that an exchange exists; that
+// one does not is never kept beyond the batch that asked.
+func exchangeCache(c exchangeChecker) *broker.ExchangeCache {
+	if c == nil {
+		return nil
+	}
+	return broker.NewExchangeCache(c.ExchangeExists, relayExchangeTTL, 0)
 }
 
 func defaultRelayOwner() string {
@@ -451,22 +459,13 @@ func (r *Relay) checkExchange(ctx context.Context, name string) error {
 		// down (written by another program; Add refuses it).
 		return &broker.InvalidMessageError{Exchange: name, Field: "exchange", Len: len(name)}
 	}
-	r.exMu.Lock()
-	seen, ok := r.exSeenAt[name]
-	r.exMu.Unlock()
-	if ok && time.Since(seen) < relayExchangeTTL {
-		return nil
-	}
-	exists, err := r.opts.Exchanges.ExchangeExists(ctx, name)
+	exists, err := r.exchanges.Exists(ctx, name)
 	if err != nil {
 		return &broker.IndeterminateError{Exchange: name, Err: err}
 	}
 	if !exists {
 		return &missingExchangeError{exchange: name}
 	}
-	r.exMu.Lock()
-	r.exSeenAt[name] = time.Now()
-	r.exMu.Unlock()
 	return nil
 }
 
@@ -618,9 +617,9 @@ func batchIDs(b *heldBatch) []int64 {
 func (r *Relay) unknownOutcome(rec *stores.OutboxRecord, err error) {
 	if broker.ReplyCode(err) == amqp.NotFound {
 		// An exchange vanished since it was checked: ask again.
-		r.exMu.Lock()
-		clear(r.exSeenAt)
-		r.exMu.Unlock()
+		if r.exchanges != nil {
+			r.exchanges.Forget()
+		}
 	}
 	r.log.Debug("outbox record outcome unknown; published again after its lease", "outbox_id", rec.ID, "message_id", rec.Properties.MessageID, "error", err)
 }
