@@ -252,21 +252,14 @@ func (r *Runtime) closeAll() {
 	}
 }
 
-// applyTopology declares what the flows declare, as each file's
+// applyTopology applies what the flows declare, as each file's
 // topology.apply says, checks the queues consumers need, and returns the
-// consumers that can start (missing_queue: warn leaves some out).
+// consumers that can start (missing_queue: warn leaves some out). Under
+// create-only, what exists is checked for drift before anything is
+// declared, and what is missing is declared; under validate, nothing is
+// created and everything is checked, every difference named at once; under
+// dry-run, nothing is declared or checked but the queues consumers need.
 func (r *Runtime) applyTopology(ctx context.Context) ([]*plan.Consumer, error) {
-	var exchanges []broker.Exchange
-	var queues []broker.Queue
-	declared := map[string]bool{}
-	var check []string
-	var problems []string
-	for _, e := range r.plan.Exchanges {
-		if e.Mode != plan.Declare || e.Apply == spec.ApplyDryRun {
-			continue
-		}
-		exchanges = append(exchanges, broker.Exchange{Name: e.Name, Kind: e.Type, Durable: true})
-	}
 	// Consumers declared and checked when started: those with auto_startup
 	// false that no route publishes to. A queue a route publishes to is
 	// declared and bound now, consumed or not, so that a stopped step
@@ -277,53 +270,42 @@ func (r *Runtime) applyTopology(ctx context.Context) ([]*plan.Consumer, error) {
 			later[c.ID] = true
 		}
 	}
-	now := map[string]bool{} // queues declared now, whether or not this file's apply mode creates them
+	now := map[string]bool{} // queues applied now, whether or not this file's apply mode creates them
 	for _, q := range r.plan.Queues {
 		if !later[q.Owner] || q.Provided {
 			now[q.Name] = true
 		}
 	}
 	for _, q := range r.plan.Queues {
-		// The .dlq of a queue declared now is declared now too: its dead
+		// The .dlq of a queue applied now is applied now too: its dead
 		// letters must not be dropped while its consumer waits.
 		if q.Purpose == "dlq" && now[strings.TrimSuffix(q.Name, ".dlq")] {
 			now[q.Name] = true
 		}
 	}
+	var queues []plan.Queue
 	for _, q := range r.plan.Queues {
-		if !now[q.Name] {
-			continue
+		if now[q.Name] {
+			queues = append(queues, q)
 		}
-		if q.Mode != plan.Declare || q.Apply == spec.ApplyDryRun || (q.Apply == spec.ApplyValidate && q.Purpose == "declared") {
-			if q.Mode == plan.Declare && q.Apply == spec.ApplyValidate {
-				check = append(check, q.Name)
-			}
-			continue
-		}
-		declared[q.Name] = true
-		queues = append(queues, broker.Queue{Name: q.Name, Durable: true, Args: q.Arguments})
 	}
-	var bindings []broker.Binding
+	var bindings []plan.Binding
 	for _, b := range r.plan.Bindings {
 		if later[b.Owner] && !(b.Exchange == plan.DeadLetterExchange && now[b.Queue]) {
 			continue
 		}
-		bindings = append(bindings, broker.Binding{Exchange: b.Exchange, Queue: b.Queue, RoutingKey: b.RoutingKey})
+		bindings = append(bindings, b)
 	}
-	// Exchanges first: a queue declaration cannot fail because of them.
-	if err := r.topo.Declare(ctx, exchanges, queues, nil); err != nil {
-		return nil, fmt.Errorf("apply topology: %w", err)
-	}
-	if len(check) > 0 {
-		if err := r.topo.CheckQueues(ctx, check...); err != nil {
-			return nil, fmt.Errorf("topology.apply is validate: %w", err)
-		}
+	t := r.sortTopology(r.plan.Exchanges, queues, bindings)
+	if err := r.checkAndDeclare(ctx, t); err != nil {
+		return nil, err
 	}
 
 	// The queues consumers need and nothing declares are asked about
 	// passively, every missing one named in one failure (listeners.txt,
 	// "A queue that does not exist").
 	var startable []*plan.Consumer
+	var problems []string
 	missing := map[string]bool{}
 	provided := map[string]bool{} // queues of routed, stopped consumers that exist without us
 	for i := range r.plan.Consumers {
@@ -331,13 +313,13 @@ func (r *Runtime) applyTopology(ctx context.Context) ([]*plan.Consumer, error) {
 		if !c.AutoStartup {
 			// Checked when started by id; a routed one's queue is bound now
 			// if it exists.
-			if !later[c.ID] && !declared[c.Queue] && r.topo.CheckQueues(ctx, c.Queue) == nil {
+			if !later[c.ID] && !t.exist[c.Queue] && r.topo.CheckQueues(ctx, c.Queue) == nil {
 				provided[c.Queue] = true
 			}
 			continue
 		}
 		for _, q := range consumerQueues(c) {
-			if declared[q] {
+			if t.exist[q] {
 				continue
 			}
 			if err := r.topo.CheckQueues(ctx, q); err != nil {
@@ -362,8 +344,8 @@ func (r *Runtime) applyTopology(ctx context.Context) ([]*plan.Consumer, error) {
 	}
 	// Bindings of queues that exist.
 	var live []broker.Binding
-	for _, b := range bindings {
-		if declared[b.Queue] || provided[b.Queue] || slices.ContainsFunc(startable, func(c *plan.Consumer) bool { return c.Queue == b.Queue }) {
+	for _, b := range t.bind {
+		if t.exist[b.Queue] || provided[b.Queue] || slices.ContainsFunc(startable, func(c *plan.Consumer) bool { return c.Queue == b.Queue }) {
 			live = append(live, b)
 		}
 	}
@@ -371,6 +353,90 @@ func (r *Runtime) applyTopology(ctx context.Context) ([]*plan.Consumer, error) {
 		return nil, fmt.Errorf("apply topology: %w", err)
 	}
 	return startable, nil
+}
+
+// topologyWork is part of a plan sorted by what topology.apply says to do
+// with it.
+type topologyWork struct {
+	declareX []broker.Exchange // create-only: checked for drift, then declared
+	declareQ []broker.Queue
+	checkX   []broker.Exchange // validate: checked, never created
+	checkQ   []broker.Queue
+	checkB   []broker.Binding
+	bind     []broker.Binding // bound once their queues are known to exist
+	exist    map[string]bool  // queues that exist once the work is done
+}
+
+// sortTopology sorts exchanges, queues and bindings by their file's
+// topology.apply. acemq.dlx, which every file's dead letters share, is
+// declared when anything is, and checked when everything is validated.
+func (r *Runtime) sortTopology(exchanges []plan.Exchange, queues []plan.Queue, bindings []plan.Binding) topologyWork {
+	t := topologyWork{exist: map[string]bool{}}
+	applyOf := map[string]string{}
+	for _, q := range queues {
+		applyOf[q.Name] = q.Apply
+		if q.Mode != plan.Declare || q.Apply == spec.ApplyDryRun {
+			continue
+		}
+		bq := broker.Queue{Name: q.Name, Durable: true, Args: q.Arguments}
+		if q.Apply == spec.ApplyValidate {
+			t.checkQ = append(t.checkQ, bq)
+		} else {
+			t.declareQ = append(t.declareQ, bq)
+		}
+		t.exist[q.Name] = true
+	}
+	for _, e := range exchanges {
+		if e.Mode != plan.Declare || e.Apply == spec.ApplyDryRun {
+			continue
+		}
+		bx := broker.Exchange{Name: e.Name, Kind: e.Type, Durable: true}
+		switch {
+		case e.Name == plan.DeadLetterExchange && len(t.declareQ) == 0 && len(t.checkQ) > 0:
+			t.checkX = append(t.checkX, bx)
+		case e.Name == plan.DeadLetterExchange && len(t.declareQ) == 0:
+			// Nothing is declared: nothing dead-letters through it yet.
+		case e.Apply == spec.ApplyValidate:
+			t.checkX = append(t.checkX, bx)
+		default:
+			t.declareX = append(t.declareX, bx)
+		}
+	}
+	for _, b := range bindings {
+		bb := broker.Binding{Exchange: b.Exchange, Queue: b.Queue, RoutingKey: b.RoutingKey}
+		if applyOf[b.Queue] == spec.ApplyValidate {
+			// Validate binds nothing either: the binding must be there.
+			t.checkB = append(t.checkB, bb)
+			continue
+		}
+		t.bind = append(t.bind, bb)
+	}
+	return t
+}
+
+// checkAndDeclare checks what topology.apply: validate names (creating
+// nothing) and what create-only declares for drift, naming every problem,
+// before it declares anything; then it declares what create-only asks for.
+// Exchanges go first: a queue declaration cannot fail because of them.
+func (r *Runtime) checkAndDeclare(ctx context.Context, t topologyWork) error {
+	var errs []error
+	if len(t.checkX)+len(t.checkQ)+len(t.checkB) > 0 {
+		if _, err := r.topo.Check(ctx, t.checkX, t.checkQ, t.checkB); err != nil {
+			errs = append(errs, fmt.Errorf("topology.apply is validate, and the broker does not have what the flows need: %w", err))
+		}
+	}
+	if len(t.declareX)+len(t.declareQ) > 0 {
+		if err := r.topo.CheckDrift(ctx, t.declareX, t.declareQ); err != nil {
+			errs = append(errs, fmt.Errorf("apply topology: %w", err))
+		}
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	if err := r.topo.Declare(ctx, t.declareX, t.declareQ, nil); err != nil {
+		return fmt.Errorf("apply topology: %w", err)
+	}
+	return nil
 }
 
 // routed reports whether a route publishes to c's queue: a pipeline step's
@@ -433,26 +499,28 @@ func topicMatches(pattern, key []string) bool {
 
 // prepare declares and checks what one consumer needs, for a consumer
 // started by id (auto_startup: false, or one left stopped because its
-// queue was missing). It refuses while a queue is missing.
+// queue was missing), as applyTopology does at start. It refuses while a
+// queue is missing.
 func (r *Runtime) prepare(ctx context.Context, c *plan.Consumer) error {
-	var queues []broker.Queue
-	declared := map[string]bool{}
+	var queues []plan.Queue
 	for _, q := range r.plan.Queues {
-		if q.Owner != c.ID || q.Mode != plan.Declare || q.Apply == spec.ApplyDryRun {
-			continue
+		if q.Owner == c.ID {
+			queues = append(queues, q)
 		}
-		if q.Apply == spec.ApplyValidate && q.Purpose == "declared" {
-			continue
-		}
-		declared[q.Name] = true
-		queues = append(queues, broker.Queue{Name: q.Name, Durable: true, Args: q.Arguments})
 	}
-	if err := r.topo.Declare(ctx, nil, queues, nil); err != nil {
+	var bindings []plan.Binding
+	for _, b := range r.plan.Bindings {
+		if b.Owner == c.ID {
+			bindings = append(bindings, b)
+		}
+	}
+	t := r.sortTopology(nil, queues, bindings)
+	if err := r.checkAndDeclare(ctx, t); err != nil {
 		return fmt.Errorf("consumer %q: %w", c.ID, err)
 	}
 	var missing []string
 	for _, q := range consumerQueues(c) {
-		if declared[q] {
+		if t.exist[q] {
 			continue
 		}
 		if err := r.topo.CheckQueues(ctx, q); err != nil {
@@ -465,13 +533,7 @@ func (r *Runtime) prepare(ctx context.Context, c *plan.Consumer) error {
 	if len(missing) > 0 {
 		return fmt.Errorf("consumer %q (%s) consumes queue %q, which does not exist; declare it, create it on the broker, then start the consumer again", c.ID, c.At, missing[0])
 	}
-	var bindings []broker.Binding
-	for _, b := range r.plan.Bindings {
-		if b.Owner == c.ID {
-			bindings = append(bindings, broker.Binding{Exchange: b.Exchange, Queue: b.Queue, RoutingKey: b.RoutingKey})
-		}
-	}
-	if err := r.topo.Declare(ctx, nil, nil, bindings); err != nil {
+	if err := r.topo.Declare(ctx, nil, nil, t.bind); err != nil {
 		return fmt.Errorf("consumer %q: %w", c.ID, err)
 	}
 	return nil

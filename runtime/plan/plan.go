@@ -370,9 +370,10 @@ func queueArguments(name, typ string, deadLetter bool, user map[string]any) map[
 	return args
 }
 
-// ladder declares the retry rungs, .dlq and .parked of a consumed queue
-// and returns the consumer's retry plan.
-func (c *compiler) ladder(owner, queue, typ string, r spec.Retry, idempotent bool, at spec.Pos) RetryPlan {
+// ladder declares the retry rungs, .dlq and .parked of a consumed queue,
+// under the topology.apply of the file that declares the consumer, and
+// returns the consumer's retry plan.
+func (c *compiler) ladder(owner, queue, typ string, r spec.Retry, idempotent bool, at spec.Pos, apply string) RetryPlan {
 	rp := RetryPlan{MaxAttempts: r.MaxAttempts, InitialDelay: Duration(r.InitialDelay), MaxDelay: Duration(r.MaxDelay), Jitter: r.Jitter}
 	delays := map[time.Duration]bool{}
 	for n := 1; n < r.MaxAttempts; n++ {
@@ -385,10 +386,10 @@ func (c *compiler) ladder(owner, queue, typ string, r spec.Retry, idempotent boo
 	}
 	for _, d := range slices.Sorted(maps.Keys(delays)) {
 		c.queue(Queue{Name: RetryQueue(queue, d), Type: typ, Mode: Declare, Purpose: "retry", Owner: owner,
-			Arguments: rungArguments(queue, typ, d), At: at, Apply: spec.ApplyCreateOnly})
+			Arguments: rungArguments(queue, typ, d), At: at, Apply: apply})
 	}
-	c.queue(holdingQueue(DeadLetterQueue(queue), "dlq", owner, at))
-	c.queue(holdingQueue(ParkedQueue(queue), "parked", owner, at))
+	c.queue(holdingQueue(DeadLetterQueue(queue), "dlq", owner, at, apply))
+	c.queue(holdingQueue(ParkedQueue(queue), "parked", owner, at, apply))
 	c.bindings = append(c.bindings, dlqBinding(DeadLetterQueue(queue), owner, at))
 	return rp
 }
@@ -396,9 +397,9 @@ func (c *compiler) ladder(owner, queue, typ string, r spec.Retry, idempotent boo
 // holdingQueue is a .dlq or .parked queue. They are classic queues: a
 // classic queue has no delivery limit on any broker version, so inspecting
 // them never drops anything.
-func holdingQueue(name, purpose, owner string, at spec.Pos) Queue {
+func holdingQueue(name, purpose, owner string, at spec.Pos, apply string) Queue {
 	return Queue{Name: name, Type: "classic", Mode: Declare, Purpose: purpose, Owner: owner, At: at,
-		Apply: spec.ApplyCreateOnly, Arguments: map[string]any{"x-queue-type": "classic"}}
+		Apply: apply, Arguments: map[string]any{"x-queue-type": "classic"}}
 }
 
 // dlqBinding binds .dlq queue dlq to acemq.dlx under its own name.
@@ -425,7 +426,7 @@ func (c *compiler) deadLetterQueues() {
 		if prev, ok := c.queues[dlq]; !ok || prev.Purpose != "dlq" && prev.Purpose != "declared" {
 			// A missing .dlq is made; one another part of the flows
 			// needs under this name is a collision, reported by queue.
-			hq := holdingQueue(dlq, "dlq", q.Owner, q.At)
+			hq := holdingQueue(dlq, "dlq", q.Owner, q.At, q.Apply)
 			hq.what, hq.Provided = fmt.Sprintf("the .dlq of queue %q", q.Name), q.Provided
 			c.queue(hq)
 		}
@@ -489,7 +490,7 @@ func (c *compiler) pipeline(f *spec.Flow, p *spec.Pipeline) {
 			continue
 		}
 		c.bindings = append(c.bindings, Binding{Exchange: PipelineExchange(p.Name), Queue: q, RoutingKey: s.Name, Owner: id, At: s.Pos})
-		rp := c.ladder(id, q, s.QueueType, s.Retry, s.Idempotent, s.Pos)
+		rp := c.ladder(id, q, s.QueueType, s.Retry, s.Idempotent, s.Pos, f.Topology.Apply)
 		c.plan.Consumers = append(c.plan.Consumers, Consumer{
 			ID: id, Kind: KindStep, Flow: f.Name, Queue: q, Handler: s.Handler.String(), Plugin: s.Handler.Plugin,
 			Input: s.Input, Output: s.Output, Prefetch: s.Prefetch, Concurrency: s.Concurrency, Idempotent: s.Idempotent,
@@ -532,7 +533,7 @@ func (c *compiler) consumer(f *spec.Flow, cs *spec.Consumer) {
 	if typ == "" {
 		typ = spec.DefaultQueueType
 	}
-	rp := c.ladder(cs.ID, cs.Queue, typ, cs.Retry, cs.Idempotent, cs.Pos)
+	rp := c.ladder(cs.ID, cs.Queue, typ, cs.Retry, cs.Idempotent, cs.Pos, f.Topology.Apply)
 	c.plan.Consumers = append(c.plan.Consumers, Consumer{
 		ID: cs.ID, Kind: KindConsumer, Flow: f.Name, Queue: cs.Queue, Handler: cs.Handler.String(), Plugin: cs.Handler.Plugin,
 		Input: cs.Input, Output: cs.Output, Prefetch: cs.Prefetch, Concurrency: cs.Concurrency, Idempotent: cs.Idempotent,
