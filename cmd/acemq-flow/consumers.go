@@ -21,16 +21,17 @@ func newConsumersCmd(s streams) *cobra.Command {
 		Use:   "consumers list | start ID | stop ID | scale ID N | prefetch ID N",
 		Short: "See and steer the running runtime's consumers",
 		Long: `See and steer the consumers of a running runtime, through its admin API
-(--admin, env ACEMQ_ADMIN_ADDR; --admin-token, env ACEMQ_ADMIN_TOKEN, when it
-listens beyond loopback). stop drains the consumer first; scale and prefetch
-restart the group's broker consumer with the new values, as a stop and a
-start would: what it prefetched goes back to the queue, and the command
-returns once what was in flight has finished (up to the drain timeout); a
-group needs at least one consumer.`,
+(--admin, env ACEMQ_ADMIN_ADDR; --admin-token, env ACEMQ_ADMIN_TOKEN, when the
+runtime was started with one (it must be, beyond loopback): every call then
+needs it, list included). stop drains the consumer first; scale and
+prefetch restart the group's broker consumer with the new values, as a stop
+and a start would: what it prefetched goes back to the queue, and the
+command returns once what was in flight has finished (up to the drain
+timeout); a group needs at least one consumer.`,
 	}
 	pf := cmd.PersistentFlags()
 	pf.StringVar(&adminAddr, "admin", envOr("ACEMQ_ADMIN_ADDR", "127.0.0.1:9464"), "the runtime's admin address (env ACEMQ_ADMIN_ADDR)")
-	pf.StringVar(&token, "admin-token", envOr("ACEMQ_ADMIN_TOKEN", ""), "bearer token of the runtime's admin API, for every call when it has one (env ACEMQ_ADMIN_TOKEN)")
+	pf.StringVar(&token, "admin-token", envOr("ACEMQ_ADMIN_TOKEN", ""), "bearer token of the runtime's admin API, which then guards every endpoint but /healthz and /readyz, reads included: give it when the runtime has one (env ACEMQ_ADMIN_TOKEN)")
 	client := func() *admin.Client { return admin.NewClient(adminAddr, token) }
 	list := &cobra.Command{
 		Use:   "list",
