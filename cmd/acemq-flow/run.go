@@ -151,7 +151,7 @@ ACEMQ_ADMIN_TOKEN (--admin-token), ACEMQ_STORE_URL (--store).`,
 	}
 	f := cmd.Flags()
 	amqpFlag(f, &amqpURL)
-	f.StringVar(&adminAddr, "admin", envOr("ACEMQ_ADMIN_ADDR", "127.0.0.1:9464"), "admin listener: health, readiness (env ACEMQ_ADMIN_ADDR); empty disables it")
+	f.StringVar(&adminAddr, "admin", envOr("ACEMQ_ADMIN_ADDR", "127.0.0.1:9464"), "admin listener: health, readiness, metrics, the consumer registry (env ACEMQ_ADMIN_ADDR); empty disables it")
 	f.StringVar(&token, "admin-token", envOr("ACEMQ_ADMIN_TOKEN", ""), "bearer token every admin endpoint but /healthz and /readyz requires (metrics and listings included); required when --admin is not loopback (env ACEMQ_ADMIN_TOKEN)")
 	f.DurationVar(&drain, "drain-timeout", 30*time.Second, "how long handlers in flight may finish on shutdown")
 	f.StringVar(&storeURL, "store", envOr("ACEMQ_STORE_URL", defaultStore), "idempotency store: postgres://…, sqlite:PATH or memory: (env ACEMQ_STORE_URL)")
