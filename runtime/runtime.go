@@ -37,7 +37,11 @@ type Request struct {
 // Options configure a Runtime. Settings of the deployment are options,
 // never flow-file keys.
 type Options struct {
-	AMQPURL      string        // required
+	AMQPURL string // required
+	// Management is the broker's management API, where the topology check
+	// reads what a queue or exchange is (see broker.ConnOptions.Management:
+	// "" derives it from AMQPURL, broker.ManagementOff keeps away).
+	Management   string
 	DrainTimeout time.Duration // default 30s
 	Log          *slog.Logger  // nil discards
 	// Handlers are in-process handlers by "<plugin>.<handler>". A plugin all
@@ -159,7 +163,7 @@ func (r *Runtime) Run(ctx context.Context) (err error) {
 	if r.consume, err = broker.Open(ctx, r.opts.AMQPURL, broker.ConnOptions{Name: r.opts.Name + " consume", Log: r.log}); err != nil {
 		return fmt.Errorf("connect to the broker: %w", err)
 	}
-	if r.publish, err = broker.Open(ctx, r.opts.AMQPURL, broker.ConnOptions{Name: r.opts.Name + " publish", Log: r.log}); err != nil {
+	if r.publish, err = broker.Open(ctx, r.opts.AMQPURL, broker.ConnOptions{Name: r.opts.Name + " publish", Log: r.log, Management: r.opts.Management}); err != nil {
 		return fmt.Errorf("connect to the broker: %w", err)
 	}
 	r.metrics.watch(r)

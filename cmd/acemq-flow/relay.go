@@ -1,11 +1,15 @@
 package main
 
 import (
+	"context"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/acemq/acemq-flow/runtime"
 	"github.com/acemq/acemq-flow/runtime/relay"
+	"github.com/acemq/acemq-flow/stores"
 	"github.com/acemq/acemq-flow/stores/storeurl"
 )
 
@@ -14,6 +18,7 @@ func newRelayCmd(s streams) *cobra.Command {
 		storeURL, amqpURL   string
 		logLevel, logFormat string
 		opts                relay.Options
+		purgeEvery, kept    time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "relay [--store URL] [--amqp URL] [--batch 100] [--lease 15s] [--poll 200ms]",
@@ -56,14 +61,26 @@ Environment: ACEMQ_STORE_URL (--store), ACEMQ_AMQP_URL (--amqp).`,
 			if opts.Poll <= 0 {
 				return usage("--poll must be a positive duration (200ms, say), not %s", opts.Poll)
 			}
-			set, err := openStore(cmd.Context(), storeURL, 0, false)
+			if purgeEvery < 0 || kept <= 0 {
+				return usage("--purge-every must be 0 (no purges) or positive, and --published-retention positive; not %s and %s", purgeEvery, kept)
+			}
+			set, err := openStoreWith(cmd.Context(), storeURL, stores.Options{PublishedRetention: kept}, false)
 			if err != nil {
 				return failed("%v", err)
 			}
 			defer set.Close()
 			opts.Log = log
 			log.Info("store opened", "store", redactStore(storeURL))
-			if err := relay.Run(cmd.Context(), amqpURL, set, opts); err != nil {
+			// Published records are deleted once they are older than
+			// --published-retention: nothing else does it.
+			var purges sync.WaitGroup
+			ctx, stop := context.WithCancel(cmd.Context())
+			defer func() {
+				stop()
+				purges.Wait()
+			}()
+			purges.Go(func() { runtime.RunPurges(ctx, set, purgeEvery, log) })
+			if err := relay.Run(ctx, amqpURL, set, opts); err != nil {
 				return failed("%v", err)
 			}
 			return nil
@@ -75,6 +92,8 @@ Environment: ACEMQ_STORE_URL (--store), ACEMQ_AMQP_URL (--amqp).`,
 	f.IntVar(&opts.Batch, "batch", 100, "records claimed per round trip")
 	f.DurationVar(&opts.Lease, "lease", 15*time.Second, "how long claimed records stay with this relay")
 	f.DurationVar(&opts.Poll, "poll", 200*time.Millisecond, "wait between claims when the outbox is drained")
+	f.DurationVar(&purgeEvery, "purge-every", time.Hour, "how often published records older than --published-retention are deleted, with the store's expired claims (0: never)")
+	f.DurationVar(&kept, "published-retention", stores.DefaultPublishedRetention, "how long published outbox records are kept")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&logFormat, "log-format", "text", "text or json")
 	return cmd

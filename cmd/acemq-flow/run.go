@@ -51,7 +51,8 @@ func newRunCmd(io streams) *cobra.Command {
 	var (
 		amqpURL, adminAddr, token, logLevel, logFormat string
 		storeURL                                       string
-		drain, claimTimeout                            time.Duration
+		drain, claimTimeout, purgeEvery, published     time.Duration
+		management                                     string
 		createSchema, withRelay                        bool
 	)
 	cmd := &cobra.Command{
@@ -73,6 +74,10 @@ ACEMQ_ADMIN_TOKEN (--admin-token), ACEMQ_STORE_URL (--store).`,
 			switch {
 			case drain <= 0:
 				return usage("--drain-timeout %s must be positive: it is how long handlers in flight may finish on shutdown", drain)
+			case purgeEvery < 0:
+				return usage("--purge-every %s must be 0 (no purges) or positive", purgeEvery)
+			case published <= 0:
+				return usage("--published-retention %s must be positive: it is how long published outbox records are kept", published)
 			case claimTimeout <= 0:
 				return usage("--claim-timeout %s must be positive: it is the lease of an idempotency claim; set it above the slowest handler", claimTimeout)
 			}
@@ -86,11 +91,11 @@ ACEMQ_ADMIN_TOKEN (--admin-token), ACEMQ_STORE_URL (--store).`,
 			if err := admin.CheckExposure(adminAddr, token); err != nil {
 				return failed("%v", err)
 			}
-			opts := runtime.Options{AMQPURL: amqpURL, DrainTimeout: drain, Log: log, ClaimTimeout: claimTimeout}
+			opts := runtime.Options{AMQPURL: amqpURL, Management: management, DrainTimeout: drain, Log: log, ClaimTimeout: claimTimeout}
 			var set stores.Set
 			if needsStore(pl) || withRelay {
 				var err error
-				set, err = openStore(cmd.Context(), storeURL, claimTimeout, createSchema)
+				set, err = openStoreWith(cmd.Context(), storeURL, stores.Options{ClaimTimeout: claimTimeout, PublishedRetention: published}, createSchema)
 				if err != nil {
 					return failed("%v", err)
 				}
@@ -124,6 +129,11 @@ ACEMQ_ADMIN_TOKEN (--admin-token), ACEMQ_STORE_URL (--store).`,
 				}()
 				served.Go(func() { _ = srv.Serve(adminCtx) })
 			}
+			if set != nil {
+				// Nothing else deletes expired claims and published outbox
+				// records: without purges both tables grow for ever.
+				wg.Go(func() { runtime.RunPurges(ctx, set, purgeEvery, log) })
+			}
 			if withRelay {
 				// The outbox relay runs beside the consumers, on its own
 				// connection, until the same signal (or the runtime's end)
@@ -156,6 +166,9 @@ ACEMQ_ADMIN_TOKEN (--admin-token), ACEMQ_STORE_URL (--store).`,
 	f.DurationVar(&drain, "drain-timeout", 30*time.Second, "how long handlers in flight may finish on shutdown")
 	f.StringVar(&storeURL, "store", envOr("ACEMQ_STORE_URL", defaultStore), "idempotency store: postgres://…, sqlite:PATH or memory: (env ACEMQ_STORE_URL)")
 	f.DurationVar(&claimTimeout, "claim-timeout", 5*time.Minute, "idempotency claims' lease: set it above the slowest handler")
+	f.DurationVar(&purgeEvery, "purge-every", time.Hour, "how often the store's expired claims and old published outbox records are deleted (0: never; `acemq-flow purge` does it once)")
+	f.DurationVar(&published, "published-retention", stores.DefaultPublishedRetention, "how long published outbox records are kept before a purge deletes them")
+	f.StringVar(&management, "management", envOr("ACEMQ_MANAGEMENT_URL", ""), "the broker's management API, where topology checks read queues and exchanges (env ACEMQ_MANAGEMENT_URL; default: http://<amqp host>:15672 with the --amqp user; off to keep away)")
 	f.BoolVar(&withRelay, "relay", false, "also run the outbox relay on --store")
 	f.BoolVar(&createSchema, "create-schema", false, "create the store's tables if missing (development only; otherwise run acemq-flow migrate)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
