@@ -77,7 +77,7 @@ func TestIdempotentConsumerHandlesADuplicateOnce(t *testing.T) {
 		}
 	}
 	res.atLeast(t, 1, 60*time.Second)
-	if !p.waitLog(t, `msg="delivery duplicate" flow=shop-approval consumer=order-charge`, 30*time.Second) {
+	if !p.waitLog(t, `msg="delivery settled" flow=shop-approval consumer=order-charge queue=orders.charge outcome=duplicate`, 30*time.Second) {
 		t.Fatalf("the second delivery was not acknowledged as a duplicate; log:\n%s", tail(p.output(), 40))
 	}
 	if n := strings.Count(p.output(), `msg="payment taken"`); n != 1 {

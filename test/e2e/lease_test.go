@@ -65,14 +65,14 @@ func TestAClaimHeldByAKilledHandlerBlocksThenIsTakenOver(t *testing.T) {
 	_ = p.wait(t, 30*time.Second)
 
 	q := startRuntime(t, url, args...)
-	if !q.waitLog(t, `msg="delivery in_progress"`, 30*time.Second) {
+	if !q.waitLog(t, `msg="delivery settled" flow=e2e consumer=charge queue=lease.charge outcome=in_progress`, 30*time.Second) {
 		t.Fatalf("the redelivered message was not seen as in progress; log:\n%s", tail(q.output(), 30))
 	}
 	res.until(t, ids, 60*time.Second, nil)
 	if since := time.Since(killedAt); since < 8*time.Second {
 		t.Errorf("the message completed %s after the kill, before the 8s lease could expire", since)
 	}
-	if strings.Contains(q.output(), `msg="delivery duplicate"`) {
+	if strings.Contains(q.output(), `outcome=duplicate`) {
 		t.Errorf("the in-progress message was acknowledged as a duplicate:\n%s", tail(q.output(), 30))
 	}
 	if res.seen[ids[0]] != "completed" {
