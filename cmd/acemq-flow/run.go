@@ -166,7 +166,7 @@ ACEMQ_ADMIN_TOKEN (--admin-token), ACEMQ_STORE_URL (--store).`,
 	f.DurationVar(&drain, "drain-timeout", 30*time.Second, "how long handlers in flight may finish on shutdown")
 	f.StringVar(&storeURL, "store", envOr("ACEMQ_STORE_URL", defaultStore), "idempotency store: postgres://…, sqlite:PATH or memory: (env ACEMQ_STORE_URL)")
 	f.DurationVar(&claimTimeout, "claim-timeout", 5*time.Minute, "idempotency claims' lease: set it above the slowest handler")
-	f.DurationVar(&purgeEvery, "purge-every", time.Hour, "how often the store's expired claims and old published outbox records are deleted (0: never; `acemq-flow purge` does it once)")
+	f.DurationVar(&purgeEvery, "purge-every", time.Hour, "how often the store's expired claims and old published outbox records are deleted (0: never; acemq-flow purge does it once)")
 	f.DurationVar(&published, "published-retention", stores.DefaultPublishedRetention, "how long published outbox records are kept before a purge deletes them")
 	f.StringVar(&management, "management", envOr("ACEMQ_MANAGEMENT_URL", ""), "the broker's management API, where topology checks read queues and exchanges (env ACEMQ_MANAGEMENT_URL; default: http://<amqp host>:15672 with the --amqp user; off to keep away)")
 	f.BoolVar(&withRelay, "relay", false, "also run the outbox relay on --store")
