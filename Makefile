@@ -9,6 +9,7 @@ FLOWS     ?= examples/flows
 
 export ACEMQ_TEST_AMQP_URL     ?= amqp://guest:guest@127.0.0.1:5672/
 export ACEMQ_TEST_POSTGRES_URL ?= postgres://acemq:acemq@127.0.0.1:5432/test?sslmode=disable
+export ACEMQ_TEST_PYTHON       ?= /usr/bin/python3
 export CGO_ENABLED             ?= 0
 
 .PHONY: all build test run bench chaos chaos-short generate lint services fuzz clean

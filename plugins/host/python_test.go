@@ -17,11 +17,19 @@ import (
 // without the Go SDK, through the same Start as every plugin (AutoMTLS on)
 // and calls its echo handler: the proof that a step can be written in any
 // language gRPC speaks.
+//
+// It needs a Python with grpc, protobuf and cryptography, named by
+// ACEMQ_TEST_PYTHON (`make test` sets /usr/bin/python3, which `make
+// services` equips): it skips only when that is unset, and fails when the
+// Python named cannot import them.
 func TestPythonPlugin(t *testing.T) {
-	const python = "/usr/bin/python3"
+	python := os.Getenv("ACEMQ_TEST_PYTHON")
+	if python == "" {
+		t.Skip("ACEMQ_TEST_PYTHON is unset; set it to a python3 with grpc, protobuf and cryptography (make test does)")
+	}
 	check := exec.Command(python, "-c", "import grpc, google.protobuf, cryptography")
 	if out, err := check.CombinedOutput(); err != nil {
-		t.Skipf("%s cannot import grpc, google.protobuf and cryptography (install python3-grpcio, python3-protobuf, python3-cryptography): %v: %s", python, err, out)
+		t.Fatalf("%s (ACEMQ_TEST_PYTHON) cannot import grpc, google.protobuf and cryptography; run `make services`, which installs python3-grpcio, python3-protobuf and python3-cryptography: %v: %s", python, err, out)
 	}
 	_, file, _, _ := runtime.Caller(0)
 	script, err := filepath.Abs(filepath.Join(filepath.Dir(file), "..", "..", "examples", "plugins", "python-echo", "plugin.py"))
@@ -29,7 +37,7 @@ func TestPythonPlugin(t *testing.T) {
 		t.Fatal(err)
 	}
 	logs := &recordWatch{want: "python plugin serving", seen: make(chan slog.Record, 1)}
-	p, err := Start(t.Context(), Config{Name: "pyecho", Command: script, Logger: slog.New(logs)})
+	p, err := Start(t.Context(), Config{Name: "pyecho", Command: python, Args: []string{script}, Logger: slog.New(logs)})
 	if err != nil {
 		t.Fatalf("Start(%s): %v", script, err)
 	}
