@@ -64,7 +64,8 @@ deliveries, handlers in flight finish up to --drain-timeout, the rest is left
 for redelivery.
 
 Environment: ACEMQ_AMQP_URL (--amqp), ACEMQ_ADMIN_ADDR (--admin),
-ACEMQ_ADMIN_TOKEN (--admin-token), ACEMQ_STORE_URL (--store).`,
+ACEMQ_ADMIN_TOKEN (--admin-token), ACEMQ_STORE_URL (--store),
+ACEMQ_MANAGEMENT_URL (--management).`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			log, err := newLogger(io, logLevel, logFormat)
