@@ -556,12 +556,12 @@ func consumerQueues(c *plan.Consumer) []string {
 }
 
 // hostConfig is the plugin host's configuration for p, logging to log.
-func hostConfig(p plan.PluginPlan, log *slog.Logger) host.Config {
+func hostConfig(p plan.Plugin, log *slog.Logger) host.Config {
 	return host.Config{Name: p.Name, Command: p.Path, Dir: p.Dir, Args: p.Args, Env: p.Env, SHA256: p.SHA256,
 		Timeout: time.Duration(p.Timeout), Logger: log}
 }
 
-func pluginKey(p plan.PluginPlan) string {
+func pluginKey(p plan.Plugin) string {
 	var b strings.Builder
 	b.WriteString(p.Path + "\x02" + p.Dir)
 	for _, a := range p.Args {
@@ -583,13 +583,13 @@ func (r *Runtime) startPlugins(ctx context.Context, consumers []*plan.Consumer) 
 	return nil
 }
 
-func (r *Runtime) pluginOf(c *plan.Consumer) plan.PluginPlan {
+func (r *Runtime) pluginOf(c *plan.Consumer) plan.Plugin {
 	for _, p := range r.plan.Plugins {
 		if p.Name == c.Plugin && p.File == c.File.File {
 			return p
 		}
 	}
-	return plan.PluginPlan{}
+	return plan.Plugin{}
 }
 
 // ensurePlugin starts the plugin a consumer needs, one process per distinct

@@ -18,7 +18,7 @@ func stepConsumer(step string, pos int) *plan.Consumer {
 	return &plan.Consumer{
 		ID: plan.StepConsumerID("fulfilment", step), Kind: plan.KindStep, Flow: "shop", Queue: plan.StepQueue("fulfilment", step),
 		Pipeline: "fulfilment", Step: step, Position: pos,
-		Retry: plan.RetryPlan{MaxAttempts: 3, Jitter: 0.5, Rungs: []plan.Rung{
+		Retry: plan.Retry{MaxAttempts: 3, Jitter: 0.5, Rungs: []plan.Rung{
 			{Attempt: 2, Delay: plan.Duration(2 * time.Second), Queue: plan.RetryQueue(plan.StepQueue("fulfilment", step), 2*time.Second)},
 			{Attempt: 3, Delay: plan.Duration(4 * time.Second), Queue: plan.RetryQueue(plan.StepQueue("fulfilment", step), 4*time.Second)},
 		}},

@@ -264,7 +264,7 @@ func writeString(b *bytes.Buffer, s string) {
 // ItineraryFor builds the slip a message entering itinerary it starts
 // with: only the stops whose `when` holds for this payload (the decoded
 // JSON).
-func ItineraryFor(it plan.ItineraryPlan, payload any) (Itinerary, error) {
+func ItineraryFor(it plan.Itinerary, payload any) (Itinerary, error) {
 	var out Itinerary
 	for i, s := range it.Stops {
 		if s.When != "" && (it.Spec == nil || i >= len(it.Spec.Stops)) {

@@ -121,7 +121,7 @@ func TestSlipsFromOtherWriters(t *testing.T) {
 // conditions, not their programs: the slip is refused rather than built
 // with every stop.
 func TestAnItineraryWithoutItsConditionsIsRefused(t *testing.T) {
-	_, err := ItineraryFor(plan.ItineraryPlan{Name: "approval", Stops: []plan.StopPlan{
+	_, err := ItineraryFor(plan.Itinerary{Name: "approval", Stops: []plan.Stop{
 		{Name: "approve", Exchange: "x", RoutingKey: "a", When: "payload.total > 1000"},
 		{Name: "ship", Exchange: "x", RoutingKey: "s"},
 	}}, map[string]any{"total": 5})

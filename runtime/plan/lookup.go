@@ -6,7 +6,7 @@ import (
 )
 
 // Pipeline returns the pipeline called name, or nil.
-func (p *Plan) Pipeline(name string) *PipelinePlan {
+func (p *Plan) Pipeline(name string) *Pipeline {
 	for i := range p.Pipelines {
 		if p.Pipelines[i].Name == name {
 			return &p.Pipelines[i]
@@ -16,7 +16,7 @@ func (p *Plan) Pipeline(name string) *PipelinePlan {
 }
 
 // Itinerary returns the itinerary called name, or nil.
-func (p *Plan) Itinerary(name string) *ItineraryPlan {
+func (p *Plan) Itinerary(name string) *Itinerary {
 	for i := range p.Itineraries {
 		if p.Itineraries[i].Name == name {
 			return &p.Itineraries[i]

@@ -17,15 +17,15 @@ import (
 // timestamps or absolute paths: `plan --format json` is the Plan encoded, and
 // Compile gives byte-identical plans for the same flows.
 type Plan struct {
-	Exchanges   []Exchange      `json:"exchanges"`
-	Queues      []Queue         `json:"queues"`
-	Bindings    []Binding       `json:"bindings"`
-	Consumers   []Consumer      `json:"consumers"`
-	Pipelines   []PipelinePlan  `json:"pipelines,omitempty"`
-	Itineraries []ItineraryPlan `json:"itineraries,omitempty"`
-	Sagas       []SagaPlan      `json:"sagas,omitempty"`
-	Schedules   []SchedulePlan  `json:"schedules,omitempty"`
-	Plugins     []PluginPlan    `json:"plugins,omitempty"`
+	Exchanges   []Exchange  `json:"exchanges"`
+	Queues      []Queue     `json:"queues"`
+	Bindings    []Binding   `json:"bindings"`
+	Consumers   []Consumer  `json:"consumers"`
+	Pipelines   []Pipeline  `json:"pipelines,omitempty"`
+	Itineraries []Itinerary `json:"itineraries,omitempty"`
+	Sagas       []Saga      `json:"sagas,omitempty"`
+	Schedules   []Schedule  `json:"schedules,omitempty"`
+	Plugins     []Plugin    `json:"plugins,omitempty"`
 }
 
 // Exchange is an exchange the flows need.
@@ -99,7 +99,7 @@ type Consumer struct {
 	Concurrency int          `json:"concurrency"`
 	Idempotent  bool         `json:"idempotent"`
 	AutoStartup bool         `json:"auto_startup"`
-	Retry       RetryPlan    `json:"retry"`
+	Retry       Retry        `json:"retry"`
 	Pipeline    string       `json:"pipeline,omitempty"`
 	Step        string       `json:"step,omitempty"`
 	Position    int          `json:"position,omitempty"` // index of the step in its pipeline's route
@@ -110,8 +110,8 @@ type Consumer struct {
 	File        *spec.Flow   `json:"-"`
 }
 
-// RetryPlan is a consumer's retry ladder, worked out.
-type RetryPlan struct {
+// Retry is a consumer's retry ladder, worked out.
+type Retry struct {
 	MaxAttempts  int      `json:"max_attempts"`
 	InitialDelay Duration `json:"initial_delay"`
 	MaxDelay     Duration `json:"max_delay"`
@@ -128,7 +128,7 @@ type Rung struct {
 
 // RungFor returns the rung a message that failed attempt n waits in, and
 // whether there is one (false: attempts are exhausted).
-func (r RetryPlan) RungFor(failed int) (Rung, bool) {
+func (r Retry) RungFor(failed int) (Rung, bool) {
 	if failed < 1 || failed > len(r.Rungs) {
 		return Rung{}, false
 	}
@@ -144,8 +144,8 @@ func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d)
 // String renders the duration as Go writes it.
 func (d Duration) String() string { return time.Duration(d).String() }
 
-// PipelinePlan is a pipeline's route.
-type PipelinePlan struct {
+// Pipeline is a pipeline's route.
+type Pipeline struct {
 	Name        string     `json:"name"`
 	Flow        string     `json:"flow"`
 	Exchange    string     `json:"exchange"`
@@ -156,36 +156,36 @@ type PipelinePlan struct {
 	File        *spec.Flow `json:"-"`
 }
 
-// ItineraryPlan is an itinerary's stops.
-type ItineraryPlan struct {
+// Itinerary is an itinerary's stops.
+type Itinerary struct {
 	Name  string          `json:"name"`
 	Flow  string          `json:"flow"`
 	Input string          `json:"input,omitempty"`
-	Stops []StopPlan      `json:"stops"`
+	Stops []Stop          `json:"stops"`
 	At    spec.Pos        `json:"-"`
 	Spec  *spec.Itinerary `json:"-"`
 	File  *spec.Flow      `json:"-"`
 }
 
-// StopPlan is one stop of an itinerary.
-type StopPlan struct {
+// Stop is one stop of an itinerary.
+type Stop struct {
 	Name       string `json:"name"`
 	Exchange   string `json:"exchange"`
 	RoutingKey string `json:"routing_key"`
 	When       string `json:"when,omitempty"`
 }
 
-// SagaPlan is a saga's steps and compensations.
-type SagaPlan struct {
-	Name  string         `json:"name"`
-	Flow  string         `json:"flow"`
-	Input string         `json:"input,omitempty"`
-	Steps []SagaStepPlan `json:"steps"`
-	At    spec.Pos       `json:"-"`
+// Saga is a saga's steps and compensations.
+type Saga struct {
+	Name  string     `json:"name"`
+	Flow  string     `json:"flow"`
+	Input string     `json:"input,omitempty"`
+	Steps []SagaStep `json:"steps"`
+	At    spec.Pos   `json:"-"`
 }
 
-// SagaStepPlan is one saga step.
-type SagaStepPlan struct {
+// SagaStep is one saga step.
+type SagaStep struct {
 	Name         string `json:"name"`
 	Handler      string `json:"handler"`
 	Compensate   string `json:"compensate,omitempty"`
@@ -194,8 +194,8 @@ type SagaStepPlan struct {
 	Compensation string `json:"compensation_queue,omitempty"`
 }
 
-// SchedulePlan is a schedule.
-type SchedulePlan struct {
+// Schedule is a schedule.
+type Schedule struct {
 	Name     string   `json:"name"`
 	Flow     string   `json:"flow"`
 	Cron     string   `json:"cron,omitempty"`
@@ -205,9 +205,9 @@ type SchedulePlan struct {
 	At       spec.Pos `json:"-"`
 }
 
-// PluginPlan is a plugin process the runtime starts: one per distinct
+// Plugin is a plugin process the runtime starts: one per distinct
 // command, args and env.
-type PluginPlan struct {
+type Plugin struct {
 	Name    string            `json:"name"`
 	File    string            `json:"file"` // the flow file that declares it
 	Command string            `json:"command"`
@@ -255,7 +255,7 @@ func Compile(flows []*spec.Flow) (*Plan, error) {
 			c.schedule(f, s)
 		}
 		for _, p := range f.Plugins {
-			c.plan.Plugins = append(c.plan.Plugins, PluginPlan{Name: p.Name, File: f.File, Command: p.Command, Args: p.Args,
+			c.plan.Plugins = append(c.plan.Plugins, Plugin{Name: p.Name, File: f.File, Command: p.Command, Args: p.Args,
 				Timeout: Duration(p.Timeout), Path: p.Path, Dir: p.Dir, Env: p.Env, SHA256: p.SHA256, At: p.Pos})
 		}
 	}
@@ -373,8 +373,8 @@ func queueArguments(name, typ string, deadLetter bool, user map[string]any) map[
 // ladder declares the retry rungs, .dlq and .parked of a consumed queue,
 // under the topology.apply of the file that declares the consumer, and
 // returns the consumer's retry plan.
-func (c *compiler) ladder(owner, queue, typ string, r spec.Retry, idempotent bool, at spec.Pos, apply string) RetryPlan {
-	rp := RetryPlan{MaxAttempts: r.MaxAttempts, InitialDelay: Duration(r.InitialDelay), MaxDelay: Duration(r.MaxDelay), Jitter: r.Jitter}
+func (c *compiler) ladder(owner, queue, typ string, r spec.Retry, idempotent bool, at spec.Pos, apply string) Retry {
+	rp := Retry{MaxAttempts: r.MaxAttempts, InitialDelay: Duration(r.InitialDelay), MaxDelay: Duration(r.MaxDelay), Jitter: r.Jitter}
 	delays := map[time.Duration]bool{}
 	for n := 1; n < r.MaxAttempts; n++ {
 		d := RetryDelay(r, n)
@@ -475,7 +475,7 @@ func (c *compiler) pipeline(f *spec.Flow, p *spec.Pipeline) {
 		}
 	}
 	c.exchange(Exchange{Name: PipelineExchange(p.Name), Type: "direct", Mode: Declare, Purpose: "pipeline " + p.Name, At: p.Pos, Apply: f.Topology.Apply})
-	c.plan.Pipelines = append(c.plan.Pipelines, PipelinePlan{
+	c.plan.Pipelines = append(c.plan.Pipelines, Pipeline{
 		Name: p.Name, Flow: f.Name, Exchange: PipelineExchange(p.Name), Route: route, Input: p.Input, At: p.Pos, File: f,
 		Declaration: fmt.Sprintf("pipeline %s declared with %d steps: %s", p.Name, len(p.Steps), strings.Join(parts, " | ")),
 	})
@@ -542,11 +542,11 @@ func (c *compiler) consumer(f *spec.Flow, cs *spec.Consumer) {
 }
 
 func (c *compiler) saga(f *spec.Flow, s *spec.Saga) {
-	sp := SagaPlan{Name: s.Name, Flow: f.Name, Input: s.Input, At: s.Pos}
+	sp := Saga{Name: s.Name, Flow: f.Name, Input: s.Input, At: s.Pos}
 	c.exchange(Exchange{Name: SagaExchange(s.Name), Type: "direct", Mode: Declare, Purpose: "saga " + s.Name, At: s.Pos, Apply: f.Topology.Apply})
 	for _, st := range s.Steps {
 		q := SagaStepQueue(s.Name, st.Name)
-		step := SagaStepPlan{Name: st.Name, Handler: st.Handler.String(), Compensate: st.Compensate.String(), When: st.When.Source, Queue: q}
+		step := SagaStep{Name: st.Name, Handler: st.Handler.String(), Compensate: st.Compensate.String(), When: st.When.Source, Queue: q}
 		c.queue(Queue{Name: q, Type: f.Defaults.QueueType, Mode: Declare, Purpose: "saga", Owner: s.Name, At: st.Pos,
 			Arguments: queueArguments(q, f.Defaults.QueueType, true, nil), Apply: f.Topology.Apply})
 		c.bindings = append(c.bindings, Binding{Exchange: SagaExchange(s.Name), Queue: q, RoutingKey: st.Name, Owner: s.Name, At: st.Pos})
@@ -563,9 +563,9 @@ func (c *compiler) saga(f *spec.Flow, s *spec.Saga) {
 }
 
 func (c *compiler) itinerary(f *spec.Flow, it *spec.Itinerary) {
-	ip := ItineraryPlan{Name: it.Name, Flow: f.Name, Input: it.Input, At: it.Pos, Spec: it, File: f}
+	ip := Itinerary{Name: it.Name, Flow: f.Name, Input: it.Input, At: it.Pos, Spec: it, File: f}
 	for _, s := range it.Stops {
-		ip.Stops = append(ip.Stops, StopPlan{Name: s.Name, Exchange: s.Exchange, RoutingKey: s.RoutingKey, When: s.When.Source})
+		ip.Stops = append(ip.Stops, Stop{Name: s.Name, Exchange: s.Exchange, RoutingKey: s.RoutingKey, When: s.When.Source})
 	}
 	c.plan.Itineraries = append(c.plan.Itineraries, ip)
 }
@@ -582,7 +582,7 @@ func (c *compiler) schedule(f *spec.Flow, s *spec.Schedule) {
 	default:
 		target = fmt.Sprintf("exchange %s key %s", s.Send.Exchange, s.Send.RoutingKey)
 	}
-	c.plan.Schedules = append(c.plan.Schedules, SchedulePlan{Name: s.Name, Flow: f.Name, Cron: s.Cron, Every: Duration(s.Every),
+	c.plan.Schedules = append(c.plan.Schedules, Schedule{Name: s.Name, Flow: f.Name, Cron: s.Cron, Every: Duration(s.Every),
 		Timezone: s.Timezone, Target: target, At: s.Pos})
 }
 
@@ -631,9 +631,9 @@ func (c *compiler) finish() {
 		return a.Exchange == b.Exchange && a.Queue == b.Queue && a.RoutingKey == b.RoutingKey
 	})
 	slices.SortFunc(c.plan.Consumers, func(a, b Consumer) int { return cmp.Compare(a.ID, b.ID) })
-	slices.SortFunc(c.plan.Pipelines, func(a, b PipelinePlan) int { return cmp.Compare(a.Name, b.Name) })
-	slices.SortFunc(c.plan.Itineraries, func(a, b ItineraryPlan) int { return cmp.Compare(a.Name, b.Name) })
-	slices.SortFunc(c.plan.Sagas, func(a, b SagaPlan) int { return cmp.Compare(a.Name, b.Name) })
-	slices.SortFunc(c.plan.Schedules, func(a, b SchedulePlan) int { return cmp.Compare(a.Name, b.Name) })
-	slices.SortStableFunc(c.plan.Plugins, func(a, b PluginPlan) int { return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.File, b.File)) })
+	slices.SortFunc(c.plan.Pipelines, func(a, b Pipeline) int { return cmp.Compare(a.Name, b.Name) })
+	slices.SortFunc(c.plan.Itineraries, func(a, b Itinerary) int { return cmp.Compare(a.Name, b.Name) })
+	slices.SortFunc(c.plan.Sagas, func(a, b Saga) int { return cmp.Compare(a.Name, b.Name) })
+	slices.SortFunc(c.plan.Schedules, func(a, b Schedule) int { return cmp.Compare(a.Name, b.Name) })
+	slices.SortStableFunc(c.plan.Plugins, func(a, b Plugin) int { return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.File, b.File)) })
 }

@@ -124,7 +124,7 @@ func (p *Plan) WriteJSON(w io.Writer) error {
 }
 
 // Text describes the ladder: "5 attempts, then .dlq; waits 2s, 4s, 8s, 16s (jitter 0.2)".
-func (r RetryPlan) Text() string {
+func (r Retry) Text() string {
 	if r.MaxAttempts <= 1 {
 		return "1 attempt, no retry, then .dlq"
 	}

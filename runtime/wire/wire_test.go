@@ -20,7 +20,7 @@ func TestRepublishedMessagesDropTheSendersUserID(t *testing.T) {
 	q := plan.StepQueue("fulfilment", "reserve")
 	c := &plan.Consumer{ID: plan.StepConsumerID("fulfilment", "reserve"), Kind: plan.KindStep, Flow: "shop", Queue: q,
 		Pipeline: "fulfilment", Step: "reserve", Position: 1,
-		Retry: plan.RetryPlan{MaxAttempts: 3, Rungs: []plan.Rung{{Attempt: 2, Delay: plan.Duration(2 * time.Second), Queue: plan.RetryQueue(q, 2*time.Second)}}}}
+		Retry: plan.Retry{MaxAttempts: 3, Rungs: []plan.Rung{{Attempt: 2, Delay: plan.Duration(2 * time.Second), Queue: plan.RetryQueue(q, 2*time.Second)}}}}
 	route := []string{"validate", "reserve", "dispatch"}
 	now := time.Date(2026, 9, 9, 14, 3, 11, 0, time.UTC)
 	in := decide.InboundOf(wire.Message(&amqp.Delivery{MessageId: "m-1", UserId: "orders-svc", AppId: "orders", Body: []byte(`{"id":"o-1"}`)}))
