@@ -283,7 +283,7 @@ func (r *Runtime) applyTopology(ctx context.Context) ([]*plan.Consumer, error) {
 	for _, q := range r.plan.Queues {
 		// The .dlq of a queue applied now is applied now too: its dead
 		// letters must not be dropped while its consumer waits.
-		if q.Purpose == "dlq" && now[strings.TrimSuffix(q.Name, ".dlq")] {
+		if q.Purpose == "dlq" && now[strings.TrimSuffix(q.Name, plan.DeadLetterQueue(""))] {
 			now[q.Name] = true
 		}
 	}
@@ -677,7 +677,7 @@ func (r *Runtime) callerFor(c *plan.Consumer) (func(ctx context.Context, req Req
 func hostEnvelope(e decide.Envelope) host.Envelope {
 	h := make(map[string]string, len(e.Headers))
 	for k, v := range e.Headers {
-		if strings.HasPrefix(k, "x-acemq-") || k == plan.HeaderSlip {
+		if strings.HasPrefix(k, plan.HeaderPrefix) || k == plan.HeaderSlip {
 			continue
 		}
 		h[k] = decide.HeaderText(v)

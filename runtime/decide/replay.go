@@ -2,7 +2,6 @@ package decide
 
 import (
 	"maps"
-	"strings"
 
 	"github.com/acemq/acemq-flow/runtime/plan"
 )
@@ -16,10 +15,8 @@ func Replayed(m Message, queue string, replays int) Message {
 	if m.Headers == nil {
 		m.Headers = Table{}
 	}
-	for k := range m.Headers {
-		if strings.HasPrefix(k, plan.HeaderError) || strings.HasPrefix(k, "x-acemq-failed-") {
-			delete(m.Headers, k)
-		}
+	for _, k := range []string{plan.HeaderError, plan.HeaderErrorKind, plan.HeaderFailedQueue, plan.HeaderFailedAt} {
+		delete(m.Headers, k)
 	}
 	DropDeaths(m.Headers)
 	m.Headers[plan.HeaderAttempt] = int64(1)

@@ -76,6 +76,10 @@ func DelayName(d time.Duration) string {
 	return fmt.Sprintf("%dms", (d+time.Millisecond-1)/time.Millisecond)
 }
 
+// HeaderPrefix starts every x-acemq header: the runtime's own, which a
+// plugin's envelope leaves out.
+const HeaderPrefix = "x-acemq-"
+
 // Headers of the wire format (FLOW-FORMAT §2).
 const (
 	HeaderAttempt       = "x-acemq-attempt"
