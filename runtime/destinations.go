@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/acemq/acemq-flow/runtime/broker"
@@ -45,6 +46,22 @@ func (r *Runtime) publisherFor(exchange string) *broker.Publisher {
 		return r.pub
 	}
 	return r.foreign
+}
+
+// lostExchange returns the exchange of a publish that failed because the
+// exchange does not exist (the broker closed the channel, 404), or "": the
+// broker is asked again, as the same close fails every other publish in
+// flight on that channel, for no fault of theirs.
+func (r *Runtime) lostExchange(ctx context.Context, err error) string {
+	var ie *broker.IndeterminateError
+	if !broker.ClosedNotFound(err) || !errors.As(err, &ie) || ie.Exchange == "" {
+		return ""
+	}
+	r.exchanges.Forget()
+	if exists, qerr := r.exchanges.Exists(ctx, ie.Exchange); qerr != nil || exists {
+		return ""
+	}
+	return ie.Exchange
 }
 
 // exchangeExists reports whether an exchange the runtime does not declare

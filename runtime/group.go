@@ -538,7 +538,8 @@ func (g *group) count(outcome string) {
 // (the connection lost, the runtime stopping) leaves the message to the
 // broker, requeued, to be handled again.
 func (g *group) publishFailed(ctx context.Context, d *broker.Delivery, in decide.Inbound, dec decide.Decision, err error, t *Ticket) {
-	refused := errors.Is(err, broker.ErrUnroutable) || broker.MissingExchange(err) || errors.Is(err, broker.ErrNacked) ||
+	missing := g.r.lostExchange(ctx, err)
+	refused := errors.Is(err, broker.ErrUnroutable) || missing != "" || errors.Is(err, broker.ErrNacked) ||
 		errors.Is(err, broker.ErrInvalidMessage)
 	now := time.Now()
 	switch {
@@ -572,6 +573,11 @@ func (g *group) publishFailed(ctx context.Context, d *broker.Delivery, in decide
 		g.log.Warn("result refused by the broker; retrying the message", "message_id", in.Env.MessageID, "error", err)
 		rd := decide.Retry(g.c, in, fmt.Errorf("the result was refused by the broker: %w", err), now, rand.Float64())
 		g.carryOut(ctx, d, in, rd, t)
+		return
+	case missing != "":
+		g.log.Warn("the result's exchange does not exist; dead-lettering the message", "message_id", in.Env.MessageID, "exchange", missing)
+		dl := decide.DeadLetter(g.c, in, decide.KindFatal, fmt.Sprintf("exchange %q, where the result goes next, does not exist on the broker; declare it, or correct the routing slip", missing), now)
+		g.carryOut(ctx, d, in, dl, t)
 		return
 	case errors.Is(err, broker.ErrInvalidMessage):
 		g.log.Warn("result cannot be published; dead-lettering the message", "message_id", in.Env.MessageID, "error", err)

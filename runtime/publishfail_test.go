@@ -52,6 +52,47 @@ func TestResultToAMissingExchangeIsDeadLettered(t *testing.T) {
 	}
 }
 
+// TestAnExchangeDeletedAfterItsCheckDeadLettersOnlyItsMessage: an
+// exchange a slip names is found to exist, and the answer kept; deleted
+// meanwhile, the next publish to it makes the broker close the channel
+// (404). That message is dead-lettered naming the exchange, once the
+// broker, asked again, says it is gone.
+func TestAnExchangeDeletedAfterItsCheckDeadLettersOnlyItsMessage(t *testing.T) {
+	url := testenv.VHost(t)
+	calls := startEchoCounting(t, url, publishFailFlow)
+	ch := channelOn(t, url)()
+	if err := ch.ExchangeDeclare("ex-x", "direct", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare("x-in", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.QueueBind("x-in", "k", "ex-x", false, nil); err != nil {
+		t.Fatal(err)
+	}
+	slip := `{"steps":[{"exchange":"","routingKey":"p.a","name":"a"},{"exchange":"ex-x","routingKey":"k","name":"x"}],"done":[]}`
+	send := func(id string) {
+		t.Helper()
+		if err := ch.PublishWithContext(t.Context(), "", "p.a", false, false, amqp.Publishing{MessageId: id, ContentType: "application/json",
+			Headers: amqp.Table{plan.HeaderSlip: slip}, Body: []byte(`{"id":1}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send("m-1")
+	waitDepth(t, channelOn(t, url), "x-in", 1)
+	if err := ch.ExchangeDelete("ex-x", false, false); err != nil {
+		t.Fatal(err)
+	}
+	send("m-2")
+	dl := deadLettered(t, ch, "p.a.dlq", calls)
+	if reason, _ := dl.Headers[plan.HeaderError].(string); dl.MessageId != "m-2" || !strings.Contains(reason, `exchange "ex-x"`) || !strings.Contains(reason, "does not exist") {
+		t.Errorf("dead-lettered %s with reason %q, want m-2 with one saying exchange ex-x does not exist", dl.MessageId, reason)
+	}
+	if n := calls.Load(); n != 2 {
+		t.Errorf("the handler ran %d times for two messages, want 2", n)
+	}
+}
+
 const mixedFlow = `version: acemq.flow/v1
 name: mx
 plugins:

@@ -54,18 +54,14 @@ func ReplyCode(err error) int {
 	return 0
 }
 
-// MissingExchange reports whether err is the failure of a publish to an
-// exchange that does not exist: the broker closed the channel with 404
-// naming the publish's own exchange. The other publishes in flight on that
-// channel fail with the same close, but not for a fault of theirs: for
-// them it reports false.
-func MissingExchange(err error) bool {
+// ClosedNotFound reports whether err is the failure of a publish whose
+// channel the broker closed with 404 NOT_FOUND: an exchange one of the
+// publishes in flight on it named does not exist. Which one the close does
+// not say in any form but text; every publish in flight fails with it, so
+// the caller asks the broker about its own exchange (Topology.ExchangeExists).
+func ClosedNotFound(err error) bool {
 	var ie *IndeterminateError
-	var ae *amqp.Error
-	if !errors.As(err, &ie) || !errors.As(err, &ae) || ae.Code != amqp.NotFound {
-		return false
-	}
-	return strings.Contains(ae.Reason, fmt.Sprintf("no exchange '%s'", ie.Exchange))
+	return errors.As(err, &ie) && ReplyCode(err) == amqp.NotFound
 }
 
 // UnroutableError reports a message the broker returned because no queue was

@@ -147,24 +147,23 @@ func msg(queue, id string, body []byte) Message {
 	return Message{RoutingKey: queue, Publishing: amqp.Publishing{MessageId: id, Body: body}}
 }
 
-// TestMissingExchangeIsTheFailingPublishOnly: a 404 closes the channel for
-// every publish in flight on it; only the one whose own exchange the broker
-// named failed for a fault of its own.
-func TestMissingExchangeIsTheFailingPublishOnly(t *testing.T) {
+// TestClosedNotFoundIsAPublishOnAChannelClosedFor404: every publish in
+// flight on a channel the broker closed with 404 is one; a 404 that is
+// not a publish's outcome, or another close, is not.
+func TestClosedNotFoundIsAPublishOnAChannelClosedFor404(t *testing.T) {
 	closed := &amqp.Error{Code: amqp.NotFound, Reason: "NOT_FOUND - no exchange 'orders-x' in vhost '/'"}
 	cases := []struct {
 		err  error
 		want bool
 	}{
 		{&IndeterminateError{Exchange: "orders-x", Err: closed}, true},
-		{&IndeterminateError{Exchange: "", RoutingKey: "p.b", Err: closed}, false},
-		{&IndeterminateError{Exchange: "orders", Err: closed}, false},
+		{&IndeterminateError{Exchange: "orders", Err: closed}, true},
 		{&IndeterminateError{Exchange: "orders-x", Err: &amqp.Error{Code: amqp.ConnectionForced, Reason: "no exchange 'orders-x'"}}, false},
 		{closed, false},
 	}
 	for _, c := range cases {
-		if got := MissingExchange(c.err); got != c.want {
-			t.Errorf("MissingExchange(%v) = %v, want %v", c.err, got, c.want)
+		if got := ClosedNotFound(c.err); got != c.want {
+			t.Errorf("ClosedNotFound(%v) = %v, want %v", c.err, got, c.want)
 		}
 	}
 }

@@ -121,7 +121,8 @@ func Send(ctx context.Context, url string, msg decide.Message, wait time.Duratio
 // sendError words a publish that failed, for a person at a terminal.
 func sendError(ctx context.Context, msg decide.Message, limit time.Duration, err error) error {
 	switch {
-	case broker.MissingExchange(err):
+	case broker.ClosedNotFound(err):
+		// Its one publish was alone on the channel the broker closed.
 		return fmt.Errorf("exchange %q does not exist on the broker; run the flows that declare it (`acemq-flow run`), or correct the name", msg.Exchange)
 	case errors.Is(err, broker.ErrUnroutable):
 		return fmt.Errorf("%w: exchange %q has no queue bound for key %q; is the runtime running with these flows?", broker.ErrUnroutable, msg.Exchange, msg.RoutingKey)
