@@ -105,23 +105,13 @@ func New(pl *plan.Plan, opts Options) (*Runtime, error) {
 	if opts.Name == "" {
 		opts.Name = "acemq-flow"
 	}
-	var unsupported []string
 	for _, c := range pl.Consumers {
-		if c.Delay > 0 {
-			unsupported = append(unsupported, fmt.Sprintf("%s: step %q has a delay (the scheduler is %s)", c.At, c.Step, plan.ErrUnsupported))
-		}
 		if c.Idempotent && opts.Store == nil {
 			return nil, fmt.Errorf("%s: consumer %q is idempotent, but no idempotency store is configured; run with --store", c.At, c.ID)
 		}
 	}
-	for _, s := range pl.Sagas {
-		unsupported = append(unsupported, fmt.Sprintf("%s: saga %q (sagas are %s)", s.At, s.Name, plan.ErrUnsupported))
-	}
-	for _, s := range pl.Schedules {
-		unsupported = append(unsupported, fmt.Sprintf("%s: schedule %q (schedules are %s)", s.At, s.Name, plan.ErrUnsupported))
-	}
-	if len(unsupported) > 0 {
-		return nil, fmt.Errorf("%w; remove these or run them elsewhere:\n  %s", plan.ErrUnsupported, strings.Join(unsupported, "\n  "))
+	if err := Supported(pl); err != nil {
+		return nil, err
 	}
 	if err := checkConsumerCount(pl); err != nil {
 		return nil, err
@@ -133,6 +123,29 @@ func New(pl *plan.Plan, opts Options) (*Runtime, error) {
 	}
 	r.owned = ownedExchanges(pl)
 	return r, nil
+}
+
+// Supported returns an error wrapping plan.ErrUnsupported, naming each
+// feature and its position, when pl uses parts of the format this runtime
+// does not run yet (a step's delay, sagas, schedules), and nil otherwise.
+// New calls it; the CLI calls it first too, before opening anything.
+func Supported(pl *plan.Plan) error {
+	var unsupported []string
+	for _, c := range pl.Consumers {
+		if c.Delay > 0 {
+			unsupported = append(unsupported, fmt.Sprintf("%s: step %q has a delay (the scheduler is %s)", c.At, c.Step, plan.ErrUnsupported))
+		}
+	}
+	for _, s := range pl.Sagas {
+		unsupported = append(unsupported, fmt.Sprintf("%s: saga %q (sagas are %s)", s.At, s.Name, plan.ErrUnsupported))
+	}
+	for _, s := range pl.Schedules {
+		unsupported = append(unsupported, fmt.Sprintf("%s: schedule %q (schedules are %s)", s.At, s.Name, plan.ErrUnsupported))
+	}
+	if len(unsupported) > 0 {
+		return fmt.Errorf("%w; remove these or run them elsewhere:\n  %s", plan.ErrUnsupported, strings.Join(unsupported, "\n  "))
+	}
+	return nil
 }
 
 // Ready reports whether the topology is applied, the consumers run and both

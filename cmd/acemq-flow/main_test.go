@@ -150,3 +150,13 @@ func TestRunRefusesTimeoutsThatAreNotPositive(t *testing.T) {
 		}
 	}
 }
+
+// TestRunRefusesWhatItDoesNotRunBeforeOpeningAnything: a flow with a saga
+// and a schedule is refused, naming them, before the store is opened (a
+// missing SQLite file was the error a user saw first).
+func TestRunRefusesWhatItDoesNotRunBeforeOpeningAnything(t *testing.T) {
+	_, errOut, code := cli(t, "run", "--store", "sqlite:"+filepath.Join(t.TempDir(), "absent.db"), "../../examples/flows/place-order.yaml")
+	if code != 1 || !strings.Contains(errOut, `saga "place-order"`) || !strings.Contains(errOut, "not supported by this runtime yet") || strings.Contains(errOut, "does not exist") {
+		t.Errorf("run place-order.yaml = %d, %q; want exit 1 naming the saga as not supported, before any store", code, errOut)
+	}
+}

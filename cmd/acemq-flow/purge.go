@@ -22,10 +22,11 @@ func newPurgeCmd(s streams) *cobra.Command {
 		Long: `Delete, once, what the store no longer has to keep: the idempotency claims
 whose lease ended, the confirmations past their retention (7 days after the
 confirm), and the outbox records published more than --published-retention
-ago. Records not published yet, and stuck ones, are never deleted. Nothing
-else deletes these rows, so both tables grow until purged: run purge on a
-schedule (hourly is plenty), from cron or a Kubernetes CronJob. It prints
-what it deleted, a line per table.
+ago. Records not published yet, and stuck ones, are never deleted. run and
+relay purge their store themselves (--purge-every, hourly by default); a
+store only other programs use (an outbox written by services, relayed
+elsewhere) needs purge on a schedule, from cron or a Kubernetes CronJob. It
+prints what it deleted, a line per table.
 
 Environment: ACEMQ_STORE_URL (--store).`,
 		Args: cobra.NoArgs,

@@ -106,7 +106,8 @@ func newRootCmd(s streams) *cobra.Command {
 }
 
 // hideSecretDefaults keeps the secrets a flag default takes from the
-// environment (ACEMQ_AMQP_URL, ACEMQ_STORE_URL, ACEMQ_ADMIN_TOKEN) out of
+// environment (ACEMQ_AMQP_URL, ACEMQ_STORE_URL, ACEMQ_MANAGEMENT_URL,
+// ACEMQ_ADMIN_TOKEN) out of
 // --help, which prints each default. Only the text shown changes.
 func hideSecretDefaults(c *cobra.Command) {
 	for _, sub := range c.Commands() {
@@ -115,7 +116,7 @@ func hideSecretDefaults(c *cobra.Command) {
 	for _, fs := range []*pflag.FlagSet{c.Flags(), c.PersistentFlags()} {
 		fs.VisitAll(func(f *pflag.Flag) {
 			switch {
-			case f.Name == "amqp" || f.Name == "store":
+			case f.Name == "amqp" || f.Name == "store" || f.Name == "management":
 				f.DefValue = redactStore(f.DefValue)
 			case f.Name == "admin-token" && f.DefValue != "":
 				f.DefValue = "xxxxx"

@@ -87,8 +87,12 @@ ACEMQ_MANAGEMENT_URL (--management).`,
 			if diags.HasErrors() {
 				return failed("the flows are invalid; fix the errors above")
 			}
-			// Refused before anything opens: an admin listener anyone on
-			// the network could use.
+			// Refused before anything opens: parts of the format the
+			// runtime does not run, an admin listener anyone on the
+			// network could use.
+			if err := runtime.Supported(pl); err != nil {
+				return failed("%v", err)
+			}
 			if err := admin.CheckExposure(adminAddr, token); err != nil {
 				return failed("%v", err)
 			}

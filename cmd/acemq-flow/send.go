@@ -113,7 +113,7 @@ reply came in time.`,
 	f.DurationVar(&wait, "wait", 0, "wait this long for the reply (request/reply)")
 	amqpFlag(f, &amqpURL)
 	f.StringVar(&adminAddr, "admin", envOr("ACEMQ_ADMIN_ADDR", "127.0.0.1:9464"), "without PATH, the running runtime's admin address, which knows the flows (env ACEMQ_ADMIN_ADDR)")
-	f.StringVar(&token, "admin-token", envOr("ACEMQ_ADMIN_TOKEN", ""), "without PATH, the bearer token of the runtime's admin API, when it has one (env ACEMQ_ADMIN_TOKEN)")
+	f.StringVar(&token, "admin-token", envOr("ACEMQ_ADMIN_TOKEN", ""), "without PATH, the bearer token of the runtime's admin API, when it was started with one: every endpoint but /healthz and /readyz needs it (env ACEMQ_ADMIN_TOKEN)")
 	return cmd
 }
 

@@ -115,6 +115,7 @@ func TestHelpHidesSecretsFromTheEnvironment(t *testing.T) {
 	t.Setenv("ACEMQ_AMQP_URL", "amqp://flow:amqp-s3cret@mq:5672/")
 	t.Setenv("ACEMQ_STORE_URL", "postgres://flow:store-s3cret@db/flows")
 	t.Setenv("ACEMQ_ADMIN_TOKEN", "token-s3cret")
+	t.Setenv("ACEMQ_MANAGEMENT_URL", "http://mgmt:mgmt-s3cret@mq:15672")
 	for _, args := range [][]string{{"run", "--help"}, {"relay", "--help"}, {"consumers", "list", "--help"}, {"send", "--help"}, {"outbox", "list", "--help"}, {"migrate", "--help"}} {
 		out, _, code := cli(t, args...)
 		if code != 0 || strings.Contains(out, "s3cret") {

@@ -78,7 +78,8 @@ type Request struct {
 	// Handler is the handler's name inside the plugin ("reserve" for
 	// "stock.reserve").
 	Handler string
-	// Compensate is true when a saga is undoing a completed step.
+	// Compensate will be true when a saga is undoing a completed step;
+	// the runtime does not run sagas yet, so today it is always false.
 	Compensate bool
 	Envelope   Envelope
 	Payload    []byte

@@ -14,7 +14,8 @@ import (
 type Request struct {
 	// Handler is the name the host called, without the plugin prefix.
 	Handler string
-	// Compensate is true when a saga is undoing a completed step.
+	// Compensate will be true when a saga is undoing a completed step;
+	// the runtime does not run sagas yet, so today it is always false.
 	Compensate bool
 	// Envelope describes the message beside its payload.
 	Envelope Envelope
