@@ -85,8 +85,20 @@ func Send(ctx context.Context, url string, msg decide.Message, wait time.Duratio
 	defer timer.Stop()
 	pctx, pcancel := context.WithTimeout(ctx, limit)
 	defer pcancel()
-	if err := pub.Publish(pctx, wire.Publishing(msg)); err != nil {
-		return nil, sendError(ctx, msg, limit, err)
+	pending, err := pub.PublishAsync(pctx, wire.Publishing(msg))
+	if err != nil {
+		// Nothing was published.
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, sendError(msg, limit, err)
+	}
+	if err := pending.Wait(pctx); err != nil {
+		if ctx.Err() != nil {
+			// The message went out: say which, so that it can be followed.
+			return nil, fmt.Errorf("message %s was sent, and the wait for the broker's confirm was interrupted (it may yet be delivered): %w", msg.MessageID, ctx.Err())
+		}
+		return nil, sendError(msg, limit, err)
 	}
 	if replies == nil {
 		return nil, nil
@@ -119,7 +131,7 @@ func Send(ctx context.Context, url string, msg decide.Message, wait time.Duratio
 }
 
 // sendError words a publish that failed, for a person at a terminal.
-func sendError(ctx context.Context, msg decide.Message, limit time.Duration, err error) error {
+func sendError(msg decide.Message, limit time.Duration, err error) error {
 	switch {
 	case broker.ClosedNotFound(err):
 		// Its one publish was alone on the channel the broker closed.
@@ -128,8 +140,6 @@ func sendError(ctx context.Context, msg decide.Message, limit time.Duration, err
 		return fmt.Errorf("%w: exchange %q has no queue bound for key %q; is the runtime running with these flows?", broker.ErrUnroutable, msg.Exchange, msg.RoutingKey)
 	case errors.Is(err, broker.ErrNacked):
 		return fmt.Errorf("the broker refused the message (nack) on %q with key %q", msg.Exchange, msg.RoutingKey)
-	case ctx.Err() != nil:
-		return ctx.Err()
 	case errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("%w: the broker did not confirm message %s to %q with key %q within %s (a resource alarm blocks publishers until it clears); it may yet be delivered",
 			broker.ErrIndeterminate, msg.MessageID, msg.Exchange, msg.RoutingKey, limit)
