@@ -196,7 +196,7 @@ func (r *Runtime) Run(ctx context.Context) (err error) {
 		return err
 	}
 	for _, p := range r.plan.Pipelines {
-		r.log.Info(p.Declaration, "pipeline", p.Name)
+		r.log.Info("pipeline declared", "pipeline", p.Name, "declaration", p.Declaration)
 	}
 	for i := range r.plan.Consumers {
 		c := &r.plan.Consumers[i]
