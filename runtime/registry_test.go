@@ -328,20 +328,7 @@ func (h *holdHandler) waitRunning(t *testing.T, n int64) {
 
 func publishN(t *testing.T, url, exchange, key string, n int) {
 	t.Helper()
-	conn, err := amqp.Dial(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Confirmed: a quorum queue may drop what a channel closed right after
-	// publishing had not yet handed it.
-	if err := ch.Confirm(false); err != nil {
-		t.Fatal(err)
-	}
+	ch := testenv.ConfirmedChannel(t, url)
 	var pending []*amqp.DeferredConfirmation
 	for i := range n {
 		dc, err := ch.PublishWithDeferredConfirm(exchange, key, true, false, amqp.Publishing{ContentType: "application/json", MessageId: strconv.Itoa(i), Body: []byte(strconv.Itoa(i))})

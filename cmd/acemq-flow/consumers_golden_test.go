@@ -19,6 +19,7 @@ import (
 	"github.com/acemq/acemq-flow/spec"
 	"github.com/acemq/acemq-flow/stores"
 	"github.com/acemq/acemq-flow/stores/memory"
+	"github.com/acemq/acemq-flow/test/runtimetest"
 	"github.com/acemq/acemq-flow/test/testenv"
 )
 
@@ -124,61 +125,18 @@ func TestConsumersListGoldens(t *testing.T) {
 }
 
 // startRuntime runs pl on the broker at url with opts (in-process
-// handlers) and the admin API (no token) until the test ends, and returns the admin
-// address once the consumers run.
+// handlers) and the admin API (no token) until the test ends, and returns
+// the admin address once the consumers run.
 func startRuntime(t *testing.T, url string, pl *plan.Plan, opts runtime.Options) string {
 	t.Helper()
-	addr := testenv.FreeAddr(t)
-	opts.AMQPURL = url
-	rt, err := runtime.New(pl, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := admin.New(admin.Options{Addr: addr, Runtime: rt, Plan: pl, Metrics: rt.Metrics()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 2)
-	go func() { done <- rt.Run(ctx) }()
-	go func() { done <- srv.Serve(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		for range 2 {
-			if err := <-done; err != nil {
-				t.Errorf("after shutdown: %v", err)
-			}
-		}
-	})
-	select {
-	case <-rt.Started():
-	case err := <-done:
-		t.Fatalf("the runtime or its admin API failed before the consumers started: %v", err)
-	case <-time.After(60 * time.Second):
-		t.Fatal("the runtime did not start within 60s")
-	}
-	return addr
+	return runtimetest.Admin(t, runtimetest.Run(t, url, pl, opts), pl, "")
 }
 
 // publish sends a message with each of ids to exchange with routing key
 // key, in order on one channel, each confirmed before the next.
 func publish(t *testing.T, url, exchange, key string, ids ...string) {
 	t.Helper()
-	conn, err := amqp.Dial(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ch.Confirm(false); err != nil {
-		t.Fatal(err)
-	}
+	ch := testenv.ConfirmedChannel(t, url)
 	for _, id := range ids {
 		c, err := ch.PublishWithDeferredConfirmWithContext(t.Context(), exchange, key, true, false,
 			amqp.Publishing{MessageId: id, ContentType: "application/json", Body: []byte(`{"amount":10}`)})

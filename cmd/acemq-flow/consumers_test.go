@@ -1,14 +1,12 @@
 package main
 
 import (
-	"context"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/acemq/acemq-flow/runtime"
-	"github.com/acemq/acemq-flow/runtime/admin"
 	"github.com/acemq/acemq-flow/runtime/plan"
+	"github.com/acemq/acemq-flow/test/runtimetest"
 	"github.com/acemq/acemq-flow/test/testenv"
 )
 
@@ -16,33 +14,8 @@ import (
 // and returns the admin address.
 func startAdmin(t *testing.T, token string) string {
 	t.Helper()
-	addr := testenv.FreeAddr(t)
 	pl := &plan.Plan{}
-	rt, err := runtime.New(pl, runtime.Options{AMQPURL: testenv.AMQP(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := admin.New(admin.Options{Addr: addr, Token: token, Runtime: rt, Plan: pl, Metrics: rt.Metrics()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 2)
-	go func() { done <- rt.Run(ctx) }()
-	go func() { done <- srv.Serve(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		<-done
-	})
-	select {
-	case <-rt.Started():
-	case err := <-done:
-		t.Fatalf("Run failed before starting: %v", err)
-	case <-time.After(60 * time.Second):
-		t.Fatal("the runtime did not start within 60s")
-	}
-	return addr
+	return runtimetest.Admin(t, runtimetest.Run(t, testenv.AMQP(t), pl, runtime.Options{}), pl, token)
 }
 
 func TestConsumersNameTheAdminTokenWhenItIsMissingOrRejected(t *testing.T) {

@@ -26,18 +26,7 @@ import (
 // did to the queue (redelivered, the quorum queue's delivery count).
 func TestInspectGoldens(t *testing.T) {
 	url := testenv.VHost(t)
-	conn, err := amqp.Dial(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ch.Confirm(false); err != nil {
-		t.Fatal(err)
-	}
+	ch := testenv.ConfirmedChannel(t, url)
 	const dlq, quorum = "orders.charge.dlq", "orders.ship"
 	for q, kind := range map[string]string{dlq: "classic", quorum: "quorum"} {
 		if _, err := ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-queue-type": kind}); err != nil {

@@ -32,33 +32,10 @@ func echo(_ context.Context, req runtime.Request) (decide.Result, error) {
 	return decide.Result{Payload: req.Payload}, nil
 }
 
-// serve runs an admin server with opts until the test ends.
-func serve(t *testing.T, opts admin.Options) *admin.Server {
-	t.Helper()
-	srv, err := admin.New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve returned %v after shutdown, want nil", err)
-		}
-	})
-	return srv
-}
-
 func TestAdminAPIServesMetricsAndGuardsChanges(t *testing.T) {
 	url := testenv.VHost(t)
-	addr := testenv.FreeAddr(t)
 	rt, pl := runtimetest.Start(t, url, registryFlow, runtime.Options{Handlers: map[string]runtime.HandlerFunc{"k.echo": echo}})
-	serve(t, admin.Options{Addr: addr, Token: "s3cret", Runtime: rt, Plan: pl, Metrics: rt.Metrics()})
+	addr := runtimetest.Admin(t, rt, pl, "s3cret")
 	conn, err := amqp.Dial(url)
 	if err != nil {
 		t.Fatal(err)

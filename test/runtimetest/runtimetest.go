@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/acemq/acemq-flow/runtime"
+	"github.com/acemq/acemq-flow/runtime/admin"
 	"github.com/acemq/acemq-flow/runtime/plan"
 	"github.com/acemq/acemq-flow/spec"
 	"github.com/acemq/acemq-flow/test/testenv"
@@ -25,6 +26,13 @@ func Start(t *testing.T, url, flow string, opts runtime.Options) (*runtime.Runti
 	if err != nil {
 		t.Fatal(err)
 	}
+	return Run(t, url, pl, opts), pl
+}
+
+// Run runs pl on the broker at url until the test ends, and returns once
+// its consumers run.
+func Run(t *testing.T, url string, pl *plan.Plan, opts runtime.Options) *runtime.Runtime {
+	t.Helper()
 	opts.AMQPURL = url
 	rt, err := runtime.New(pl, opts)
 	if err != nil {
@@ -46,5 +54,28 @@ func Start(t *testing.T, url, flow string, opts runtime.Options) (*runtime.Runti
 	case <-time.After(60 * time.Second):
 		t.Fatal("the runtime did not start within 60s")
 	}
-	return rt, pl
+	return rt
+}
+
+// Admin serves rt's admin API (on a free loopback port, requiring token
+// when it is not empty) until the test ends, and returns its address.
+func Admin(t *testing.T, rt *runtime.Runtime, pl *plan.Plan, token string) string {
+	t.Helper()
+	srv, err := admin.New(admin.Options{Addr: testenv.FreeAddr(t), Token: token, Runtime: rt, Plan: pl, Metrics: rt.Metrics()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("the admin API's Serve returned %v after shutdown, want nil", err)
+		}
+	})
+	return srv.Addr()
 }
