@@ -51,7 +51,7 @@ run: build
 
 # Speed, as ratios against raw amqp091-go in the same run (see DESIGN.md).
 bench: services build
-	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 ./test/bench ./plugins/host ./runtime/decide ./spec
+	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 ./test/bench ./plugins/host ./runtime/decide ./runtime/relay ./spec
 
 # Long fault injection under load (a short form runs in `make test`).
 chaos: services build
