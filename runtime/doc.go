@@ -29,6 +29,7 @@
 //
 // A consumer group carries each delivery through its step, a chain of
 // small wrappers around the handler call (step.go: the payload checks, the
-// claim gate, the call), then carries the decision out: publish with
+// check that the exchanges a decision publishes to exist, the claim gate,
+// the call), then carries the decision out: publish with
 // confirms, then acknowledge.
 package runtime
