@@ -983,7 +983,7 @@ func BenchmarkRelay(b *testing.B) {
 	}
 	rm, om, ratio := medianOf(raw), medianOf(ours), medianOf(ratios)
 	fmt.Printf("bench: publish-raw %.0f msgs/s\n", rm)
-	fmt.Printf("bench: relay %.0f msgs/s raw=%.0f ratio=%.2f\n", om, rm, ratio)
+	fmt.Printf("bench: relay %.0f msgs/s raw=%.0f ratio=%.2f spread=%.2f–%.2f\n", om, rm, ratio, slices.Min(ratios), slices.Max(ratios))
 	b.ReportMetric(om, "msgs/s")
 	b.ReportMetric(ratio, "ratio")
 }
