@@ -21,8 +21,8 @@ import (
 // redone.
 
 // How long an answer about an exchange the runtime does not declare is
-// trusted: found, and missing.
-const (
+// trusted: found, and missing. Variables for the tests.
+var (
 	trustExchangeFound   = 5 * time.Second
 	trustExchangeMissing = time.Second
 )
@@ -62,13 +62,4 @@ func (r *Runtime) lostExchange(ctx context.Context, err error) string {
 		return ""
 	}
 	return ie.Exchange
-}
-
-// exchangeExists reports whether an exchange the runtime does not declare
-// exists, from a recent answer or by asking the broker.
-func (r *Runtime) exchangeExists(ctx context.Context, name string) (bool, error) {
-	if r.owned[name] {
-		return true, nil
-	}
-	return r.exchanges.Exists(ctx, name)
 }

@@ -20,7 +20,7 @@ func (g *group) destinationStep(next stepFunc) stepFunc {
 			if p.BestEffort || g.r.owned[p.Exchange] {
 				continue
 			}
-			exists, err := g.r.exchangeExists(ctx, p.Exchange)
+			exists, err := g.r.exchanges.Exists(ctx, p.Exchange)
 			if err != nil || exists {
 				continue
 			}
