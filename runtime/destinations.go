@@ -39,6 +39,11 @@ func ownedExchanges(p *plan.Plan) map[string]bool {
 	return owned
 }
 
+// publisher publishes with confirms: a *broker.Publisher.
+type publisher interface {
+	PublishFunc(ctx context.Context, msg broker.Message, done func(error)) error
+}
+
 // publisherFor is the publisher of a message to exchange: the runtime's
 // own, or, for an exchange it does not declare, the one beside it.
 func (r *Runtime) publisherFor(exchange string) *broker.Publisher {

@@ -42,14 +42,17 @@ const MaxPrefetch = broker.MaxPrefetch
 // at once, on one broker subscription of size × prefetch, on a channel of
 // its own), and counters.
 type group struct {
-	r     *Runtime
-	c     *plan.Consumer
-	log   *slog.Logger
-	call  func(ctx context.Context, req Request) (decide.Result, error)
-	tmo   time.Duration
-	step  stepFunc   // the delivery's way from inbound message to decision
-	gate  *claimGate // nil unless the consumer is idempotent
-	route []string   // the pipeline's declared route, for steps
+	r    *Runtime
+	c    *plan.Consumer
+	log  *slog.Logger
+	call func(ctx context.Context, req Request) (decide.Result, error)
+	tmo  time.Duration
+	step stepFunc // the delivery's way from inbound message to decision
+	// publisher is what a message to exchange is published with
+	// (Runtime.publisherFor; a fake in the tests).
+	publisher func(exchange string) publisher
+	gate      *claimGate // nil unless the consumer is idempotent
+	route     []string   // the pipeline's declared route, for steps
 
 	counts   map[string]*atomic.Int64
 	inflight atomic.Int64
@@ -111,6 +114,7 @@ func (r *Runtime) newGroup(c *plan.Consumer) *group {
 		g.gate = newClaimGate(r.opts.Store, c.ID, r.opts.ClaimTimeout, r.log)
 	}
 	g.step = g.steps()
+	g.publisher = func(exchange string) publisher { return r.publisherFor(exchange) }
 	return g
 }
 
@@ -485,7 +489,7 @@ func (g *group) publishAll(ctx context.Context, ps []decide.Publish, failed func
 				done(first)
 			}
 		}
-		if err := g.r.publisherFor(p.Exchange).PublishFunc(ctx, wire.Publishing(p.Message), cb); err != nil {
+		if err := g.publisher(p.Exchange).PublishFunc(ctx, wire.Publishing(p.Message), cb); err != nil {
 			cb(err)
 		}
 	}
