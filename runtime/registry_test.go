@@ -32,9 +32,8 @@ consumers:
   - {id: late, queue: late.q, handler: k.echo, auto_startup: false, declare: {type: classic}}
 `
 
-func echo(_ context.Context, req runtime.Request) (decide.Result, error) {
-	return decide.Result{Payload: req.Payload}, nil
-}
+// echo returns its payload.
+var echo = runtimetest.Echo
 
 func queueConsumers(t *testing.T, ch *amqp.Channel, queue string) (int, bool) {
 	t.Helper()

@@ -1,7 +1,6 @@
 package admin_test
 
 import (
-	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/acemq/acemq-flow/runtime"
 	"github.com/acemq/acemq-flow/runtime/admin"
-	"github.com/acemq/acemq-flow/runtime/decide"
 	"github.com/acemq/acemq-flow/test/runtimetest"
 	"github.com/acemq/acemq-flow/test/testenv"
 )
@@ -28,9 +26,8 @@ pipelines:
       - {name: a, handler: k.echo, concurrency: 2}
 `
 
-func echo(_ context.Context, req runtime.Request) (decide.Result, error) {
-	return decide.Result{Payload: req.Payload}, nil
-}
+// echo returns its payload.
+var echo = runtimetest.Echo
 
 func TestAdminAPIServesMetricsAndGuardsChanges(t *testing.T) {
 	url := testenv.VHost(t)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/acemq/acemq-flow/runtime"
 	"github.com/acemq/acemq-flow/runtime/admin"
+	"github.com/acemq/acemq-flow/runtime/decide"
 	"github.com/acemq/acemq-flow/runtime/plan"
 	"github.com/acemq/acemq-flow/spec"
 	"github.com/acemq/acemq-flow/test/testenv"
@@ -78,4 +79,9 @@ func Admin(t *testing.T, rt *runtime.Runtime, pl *plan.Plan, token string) strin
 		}
 	})
 	return srv.Addr()
+}
+
+// Echo is an in-process handler that returns its payload.
+func Echo(_ context.Context, req runtime.Request) (decide.Result, error) {
+	return decide.Result{Payload: req.Payload}, nil
 }
