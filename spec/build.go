@@ -398,8 +398,17 @@ func (b *builder) saga(n *node) *Saga {
 }
 
 func (b *builder) schedule(n *node) *Schedule {
-	s := &Schedule{Pos: n.pos, Timezone: "UTC"}
+	s := &Schedule{Pos: n.pos, Timezone: "UTC", Missed: MissedLatest, MissedPos: n.pos, MissedWindow: DefaultMissedWindow}
 	s.Name, _ = b.str(n, "name")
+	if v, pos := b.str(n, "missed"); v != "" {
+		s.Missed, s.MissedPos = v, pos
+	}
+	if v, pos, ok := b.duration(n, "missed_window"); ok && v == 0 {
+		b.d.errorf(pos, "invalid-missed-window", "use a positive duration such as 1h, or missed: skip to fire no missed tick",
+			"schedule %q looks back 0s for missed ticks", s.Name)
+	} else if ok {
+		s.MissedWindow = v
+	}
 	s.Cron, _ = b.str(n, "cron")
 	if v, pos, ok := b.duration(n, "every"); ok && v == 0 {
 		b.d.errorf(pos, "invalid-every", "use every: 1s or more", "schedule %q fires every 0s", s.Name)

@@ -266,17 +266,31 @@ type SagaStep struct {
 	When          Condition  `yaml:"when"`
 }
 
-// Schedule is a recurring send, meant to fire exactly once per tick across
-// replicas. spec checks schedules in full, but the runtime does not run them
-// yet: runtime.New refuses a plan with one.
+// Schedule is a recurring send that fires exactly once per tick across
+// replicas (FLOW-FORMAT §4). Exactly one of Cron and Every is set. Missed
+// (default MissedLatest) says what a runtime does on recovery with the
+// ticks that came due while none ran, looking back MissedWindow (default
+// DefaultMissedWindow).
 type Schedule struct {
 	Pos
-	Name     string        `yaml:"name"`
-	Cron     string        `yaml:"cron"`
-	Every    time.Duration `yaml:"every"`
-	Timezone string        `yaml:"timezone"`
-	Send     Send          `yaml:"send"`
+	Name         string        `yaml:"name"`
+	Cron         string        `yaml:"cron"`
+	Every        time.Duration `yaml:"every"`
+	Timezone     string        `yaml:"timezone"`
+	Missed       string        `yaml:"missed"`
+	MissedPos    Pos           `yaml:"-"`
+	MissedWindow time.Duration `yaml:"missed_window"`
+	Send         Send          `yaml:"send"`
 }
+
+// What a schedule does with missed ticks, and how far back it looks by
+// default.
+const (
+	MissedLatest        = "latest"
+	MissedAll           = "all"
+	MissedSkip          = "skip"
+	DefaultMissedWindow = 24 * time.Hour
+)
 
 // Send says where a schedule (or `acemq-flow send`) publishes: an exchange
 // and routing key, or the entry of a pipeline, itinerary or saga.
