@@ -2,6 +2,7 @@ package plan
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -54,8 +55,21 @@ func CompensateQueue(saga, step string) string { return saga + "." + step + ".co
 // CompensateKey is the routing key of a saga step's compensation.
 func CompensateKey(step string) string { return step + ".compensate" }
 
-// ScheduleQueue is a rung of the shared scheduler's ladder.
-func ScheduleQueue(delay time.Duration) string { return "acemq.schedule." + DelayName(delay) }
+// LadderLevels is the number of levels of the shared delay ladder
+// (FLOW-FORMAT §4): level k holds a message 2^k s, so the longest delay is
+// 2^28 - 1 s, about 8.5 years.
+const LadderLevels = 28
+
+// LadderExchange is level k's topic exchange, `acemq.schedule.<k>`; the
+// level's queue has the same name (LadderQueue).
+func LadderExchange(k int) string { return "acemq.schedule." + strconv.Itoa(k) }
+
+// LadderQueue is level k's quorum queue, named as its exchange.
+func LadderQueue(k int) string { return LadderExchange(k) }
+
+// DueQueue is where the ladder puts a message once it is due; the runtime
+// consumes it and publishes each message to its destination.
+const DueQueue = "acemq.schedule.due"
 
 // DelayName writes a delay in the largest unit that divides it exactly:
 // 500ms, 2s, 90s, 1m, 1h.
@@ -96,6 +110,22 @@ const (
 	HeaderReplays       = "x-acemq-replays"
 	HeaderOutcome       = "x-acemq-outcome"
 	HeaderStoppedAt     = "x-acemq-stopped-at"
+)
+
+// Headers of the delay ladder and of schedules (FLOW-FORMAT §4). Where a
+// delayed message goes when due travels in headers, never in the routing
+// key, and the delivered message keeps them.
+const (
+	HeaderDeliverExchange   = "x-acemq-deliver-exchange"
+	HeaderDeliverRoutingKey = "x-acemq-deliver-routing-key"
+	HeaderDueAt             = "x-acemq-due-at" // RFC 3339 UTC, milliseconds
+	// HeaderDueRetries counts the times a message was due and could not be
+	// delivered (nothing bound, the exchange missing), each followed by
+	// another 10 s in the ladder. It is not set on a message delivered at
+	// its first try.
+	HeaderDueRetries = "x-acemq-due-retries"
+	HeaderSchedule   = "x-acemq-schedule" // <flow>/<schedule>
+	HeaderTick       = "x-acemq-tick"     // RFC 3339 UTC
 )
 
 // RouteHeader renders a declared route: comma-separated step names.

@@ -24,7 +24,9 @@ func TestWireNamesMatchTheFormat(t *testing.T) {
 		{"the parked queue", ParkedQueue("orders.charge"), "orders.charge.parked"},
 		{"a saga step queue", SagaStepQueue("place-order", "take-payment"), "place-order.take-payment"},
 		{"a compensation queue", CompensateQueue("place-order", "take-payment"), "place-order.take-payment.compensate"},
-		{"the scheduler's ladder", ScheduleQueue(time.Hour), "acemq.schedule.1h"},
+		{"the ladder's first level", LadderExchange(0), "acemq.schedule.0"},
+		{"the ladder's last level", LadderQueue(LadderLevels - 1), "acemq.schedule.27"},
+		{"the ladder's due queue", DueQueue, "acemq.schedule.due"},
 		{"a route header", RouteHeader([]string{"validate", "reserve", "dispatch"}), "validate,reserve,dispatch"},
 	}
 	for _, tc := range cases {

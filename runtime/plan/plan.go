@@ -66,10 +66,13 @@ type Queue struct {
 	Provided  bool           `json:"-"` // declared under topology.queues: provided for, whoever consumes it
 }
 
-// Binding binds a queue to an exchange.
+// Binding binds a queue to an exchange, or, when ToExchange is set (and
+// Queue empty), an exchange to another: the delay ladder's levels route a
+// message on to the next level by exchange-to-exchange bindings.
 type Binding struct {
 	Exchange   string   `json:"exchange"`
 	Queue      string   `json:"queue"`
+	ToExchange string   `json:"to_exchange,omitempty"`
 	RoutingKey string   `json:"routing_key"`
 	Owner      string   `json:"owner,omitempty"`
 	At         spec.Pos `json:"-"`
