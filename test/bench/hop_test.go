@@ -54,6 +54,9 @@ var messages = func() int {
 
 var body = make([]byte, 1024)
 
+// verbose (ACEMQ_BENCH_VERBOSE=1) prints every round, warm-up included.
+var verbose = os.Getenv("ACEMQ_BENCH_VERBOSE") != ""
+
 func median(xs []float64) float64 {
 	s := slices.Clone(xs)
 	slices.Sort(s)
@@ -304,6 +307,9 @@ func buildTestkit(b *testing.B) string {
 // round, with its ratio against the raw hop run just before it (the median
 // of the five) and the spread of those ratios.
 func BenchmarkHop(b *testing.B) {
+	if only := os.Getenv("ACEMQ_BENCH_ONLY"); !slices.Contains([]string{"", "inprocess", "plugin", "idempotent"}, only) {
+		b.Skip("ACEMQ_BENCH_ONLY=" + only)
+	}
 	url := testenv.VHost(b)
 	testkit := buildTestkit(b)
 	conn, err := amqp.Dial(url)
@@ -317,6 +323,9 @@ func BenchmarkHop(b *testing.B) {
 	var order []string
 	warm := true // the first round is a warm-up, not counted
 	add := func(name string, rawRun, v float64) {
+		if verbose {
+			fmt.Printf("bench: round %d %s %.0f msgs/s raw=%.0f ratio=%.2f warm-up=%v\n", len(raw), name, v, rawRun, v/rawRun, warm)
+		}
 		if warm {
 			return
 		}
