@@ -53,6 +53,15 @@ type Options struct {
 	// idempotent. ClaimTimeout is its claims' lease (0: the store's).
 	Store        stores.Idempotency
 	ClaimTimeout time.Duration
+	// Delays makes the runtime declare the delay ladder and consume its
+	// `.due` queue even when no step of the plan has a delay, so that what
+	// others put in the ladder (send --in, SendDelayed, any client) is
+	// delivered; `acemq-flow run` sets it. A plan with a step delay always
+	// does (step_delay.go).
+	Delays bool
+	// LadderUnit is for tests only: what one second of the ladder is (a
+	// whole number of milliseconds; see plan.Ladder). 0 is the real 1 s.
+	LadderUnit time.Duration
 }
 
 // Runtime runs a Plan: it connects, declares the topology, starts the
@@ -83,6 +92,9 @@ type Runtime struct {
 	paused   []string // groups stopped by Pause, started again by Resume
 	pauseMu  sync.Mutex
 	scaleMu  sync.Mutex // one Scale at a time: the consumer limit is checked across groups
+
+	ladder  *decide.Ladder                // nil unless the runtime declares the delay ladder and consumes .due
+	delayed map[delayTarget]time.Duration // steps with a delay, by where their input is published
 
 	groups   map[string]*group       // by consumer id; fixed once Run has started them
 	order    []string                // consumer ids, sorted
@@ -121,21 +133,21 @@ func New(pl *plan.Plan, opts Options) (*Runtime, error) {
 	for _, p := range pl.Pipelines {
 		r.routes[p.Name] = p.Route
 	}
-	r.owned = ownedExchanges(pl)
+	if opts.Delays || usesLadder(pl) {
+		r.ladder = &decide.Ladder{Unit: opts.LadderUnit}
+		r.plan = withLadder(pl, opts.LadderUnit)
+	}
+	r.delayed = delayedSteps(pl)
+	r.owned = ownedExchanges(r.plan)
 	return r, nil
 }
 
 // Supported returns an error wrapping plan.ErrUnsupported, naming each
 // feature and its position, when pl uses parts of the format this runtime
-// does not run yet (a step's delay, sagas, schedules), and nil otherwise.
+// does not run yet (sagas, schedules), and nil otherwise.
 // New calls it; the CLI calls it first too, before opening anything.
 func Supported(pl *plan.Plan) error {
 	var unsupported []string
-	for _, c := range pl.Consumers {
-		if c.Delay > 0 {
-			unsupported = append(unsupported, fmt.Sprintf("%s: step %q has a delay (the scheduler is %s)", c.At, c.Step, plan.ErrUnsupported))
-		}
-	}
 	for _, s := range pl.Sagas {
 		unsupported = append(unsupported, fmt.Sprintf("%s: saga %q (sagas are %s)", s.At, s.Name, plan.ErrUnsupported))
 	}
@@ -214,6 +226,14 @@ func (r *Runtime) Run(ctx context.Context) (err error) {
 			r.wg.Wait()
 			return err
 		}
+	}
+	if err := r.startDue(ctx); err != nil {
+		r.stop()
+		for _, id := range r.order {
+			r.groups[id].shutdown()
+		}
+		r.wg.Wait()
+		return err
 	}
 	r.ready.Store(true)
 	close(r.started)
@@ -362,7 +382,7 @@ func (r *Runtime) applyTopology(ctx context.Context) ([]*plan.Consumer, error) {
 	// Bindings of queues that exist.
 	var live []broker.Binding
 	for _, b := range t.bind {
-		if t.exist[b.Queue] || provided[b.Queue] || slices.ContainsFunc(startable, func(c *plan.Consumer) bool { return c.Queue == b.Queue }) {
+		if b.ToExchange != "" || t.exist[b.Queue] || provided[b.Queue] || slices.ContainsFunc(startable, func(c *plan.Consumer) bool { return c.Queue == b.Queue }) {
 			live = append(live, b)
 		}
 	}
@@ -420,7 +440,7 @@ func (r *Runtime) sortTopology(exchanges []plan.Exchange, queues []plan.Queue, b
 		}
 	}
 	for _, b := range bindings {
-		bb := broker.Binding{Exchange: b.Exchange, Queue: b.Queue, RoutingKey: b.RoutingKey}
+		bb := broker.Binding{Exchange: b.Exchange, Queue: b.Queue, ToExchange: b.ToExchange, RoutingKey: b.RoutingKey}
 		if applyOf[b.Queue] == spec.ApplyValidate {
 			// Validate binds nothing either: the binding must be there.
 			t.checkB = append(t.checkB, bb)

@@ -9,6 +9,7 @@ import (
 // A group's step is a chain of small wrappers around the handler call,
 // each in a file of its own: the payload checks (step_check.go), the check
 // that the exchanges a decision publishes to exist (step_destination.go),
+// the delay ladder for what goes to a step with a delay (step_delay.go),
 // the claim gate of an idempotent consumer (step_claim.go), and the call
 // with its timeout (step_call.go). A wrapper does its part and either decides the
 // delivery itself (a bad payload is dead-lettered, a duplicate
@@ -30,5 +31,5 @@ func (g *group) steps() stepFunc {
 	if g.gate != nil {
 		step = g.claimStep(step)
 	}
-	return g.checkStep(g.destinationStep(step))
+	return g.checkStep(g.destinationStep(g.delayStep(step)))
 }

@@ -52,6 +52,8 @@ var rules = []rule{
 		why: "the engine does not know the packages beside it: the admin API serves it through an interface of its own"},
 	{pkg: "runtime/relay", forbidden: []string{mod + "runtime$", mod + "runtime/admin", mod + "runtime/ops", mod + "plugins", mod + "spec"},
 		why: "the outbox relay publishes stored bytes: it needs the broker layer and the stores, not flows or the engine"},
+	{pkg: "runtime/scheduler", forbidden: []string{mod + "runtime$", mod + "runtime/admin", mod + "runtime/ops", mod + "runtime/relay", mod + "plugins", mod + "cmd"},
+		why: "the scheduler's daemons (the .due consumer, the schedules' loop) carry out the ladder's decisions on the broker and the store; the engine starts them, they do not know it"},
 	{pkg: "runtime/ops", forbidden: []string{mod + "runtime$", mod + "runtime/admin", mod + "runtime/relay", mod + "plugins", mod + "stores"},
 		why: "the operator tools talk to the broker; they run without the engine"},
 	{pkg: "runtime/admin", forbidden: []string{mod + "runtime/ops", mod + "runtime/relay", mod + "cmd"},

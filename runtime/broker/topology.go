@@ -33,9 +33,12 @@ type Queue struct {
 	Args       map[string]any // typed as Args describes
 }
 
-// Binding binds a queue to an exchange with a routing key.
+// Binding binds a queue to an exchange with a routing key, or, when
+// ToExchange is set (and Queue empty), the exchange ToExchange to Exchange
+// (exchange.bind: what Exchange routes with the key goes on to ToExchange).
 type Binding struct {
 	Queue      string
+	ToExchange string
 	Exchange   string
 	RoutingKey string
 	Args       map[string]any
@@ -248,10 +251,14 @@ func (t *Topology) declareFailed(ctx context.Context, kind, name string, err err
 	return de
 }
 
-// Bind binds b.Queue to b.Exchange with b.RoutingKey.
+// Bind binds b.Queue (or exchange b.ToExchange) to b.Exchange with
+// b.RoutingKey.
 func (t *Topology) Bind(ctx context.Context, b Binding) error {
 	args, err := Args(b.Args)
 	what := fmt.Sprintf("bind queue %q to exchange %q with routing key %q", b.Queue, b.Exchange, b.RoutingKey)
+	if b.ToExchange != "" {
+		what = fmt.Sprintf("bind exchange %q to exchange %q with routing key %q", b.ToExchange, b.Exchange, b.RoutingKey)
+	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
@@ -261,7 +268,12 @@ func (t *Topology) Bind(ctx context.Context, b Binding) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
-	err = t.conn.call(ctx, what, func() error { return ch.QueueBind(b.Queue, b.RoutingKey, b.Exchange, false, args) })
+	err = t.conn.call(ctx, what, func() error {
+		if b.ToExchange != "" {
+			return ch.ExchangeBind(b.ToExchange, b.RoutingKey, b.Exchange, false, args)
+		}
+		return ch.QueueBind(b.Queue, b.RoutingKey, b.Exchange, false, args)
+	})
 	if err != nil {
 		return notFound(err)
 	}
@@ -287,7 +299,7 @@ func (t *Topology) Declare(ctx context.Context, exchanges []Exchange, queues []Q
 		}
 	}
 	for _, b := range bindings {
-		if failed["x:"+b.Exchange] || failed["q:"+b.Queue] {
+		if failed["x:"+b.Exchange] || failed["q:"+b.Queue] || failed["x:"+b.ToExchange] {
 			continue
 		}
 		if err := t.Bind(ctx, b); err != nil {

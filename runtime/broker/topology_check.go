@@ -202,6 +202,15 @@ func (t *Topology) check(ctx context.Context, exchanges []Exchange, queues []Que
 			d, err := c.exists(ctx, "exchange", b.Exchange)
 			add("x:"+b.Exchange, d, err)
 		}
+		if b.ToExchange != "" {
+			// An exchange-to-exchange binding: both exchanges are asked
+			// about; the binding itself is not read.
+			if !checked["x:"+b.ToExchange] {
+				d, err := c.exists(ctx, "exchange", b.ToExchange)
+				add("x:"+b.ToExchange, d, err)
+			}
+			continue
+		}
 		if !checked["q:"+b.Queue] {
 			d, err := c.exists(ctx, "queue", b.Queue)
 			add("q:"+b.Queue, d, err)

@@ -19,15 +19,18 @@ import (
 // 2^28 - 1 of its units (about 8.5 years of seconds).
 var ErrDelayTooLong = errors.New("delay too long")
 
-// UnroutableRetry is how long, in ladder units, a due message that reached
-// no queue waits in the ladder before it is tried again (patterns.txt,
+// UnroutableRetry is how long, in seconds of the ladder, a due message that
+// reached no queue waits in the ladder before it is tried again (patterns.txt,
 // "Scheduling": it is never dead-lettered).
 const UnroutableRetry = 10
 
-// Ladder is the delay ladder as the decisions see it. Unit is what one
-// second of it is (plan.LadderUnit, which the zero value means; a test may
-// use a smaller unit, see plan.Ladder). A Ladder is a value: safe for
-// concurrent use.
+// Ladder is the delay ladder as the decisions see it. Unit is how long one
+// second of it really lasts: plan.LadderUnit, which the zero value means.
+// A test may shift it (a whole number of milliseconds, with the ladder of
+// plan.Ladder declared for that unit on a virtual host of its own), so that
+// a "4h" delay passes in 14.4 s with a unit of 1 ms: delays are still
+// written in seconds, and every wait, x-acemq-due-at included, is scaled.
+// A Ladder is a value: safe for concurrent use.
 type Ladder struct {
 	Unit time.Duration
 }
@@ -39,24 +42,37 @@ func (l Ladder) unit() time.Duration {
 	return l.Unit
 }
 
-// MaxDelay is the longest delay the ladder holds: 2^28 - 1 units.
-func (l Ladder) MaxDelay() time.Duration {
-	return time.Duration(1<<plan.LadderLevels-1) * l.unit()
+// real is how long a delay of d lasts on this ladder.
+func (l Ladder) real(d time.Duration) time.Duration {
+	if l.unit() == time.Second {
+		return d
+	}
+	return time.Duration(float64(d) * float64(l.unit()) / float64(time.Second))
 }
 
-// Units is delay d in ladder units, rounded up, so that a message is never
-// early; a delay of zero or less is 0. A delay beyond MaxDelay is refused
-// with an error wrapping ErrDelayTooLong.
+// ladderTime is the delay that lasts d on this ladder: real's inverse.
+func (l Ladder) ladderTime(d time.Duration) time.Duration {
+	if l.unit() == time.Second {
+		return d
+	}
+	return time.Duration(float64(d) * float64(time.Second) / float64(l.unit()))
+}
+
+// MaxDelay is the longest delay the ladder holds: 2^28 - 1 s.
+func (l Ladder) MaxDelay() time.Duration { return (1<<plan.LadderLevels - 1) * time.Second }
+
+// Units is delay d in whole seconds, rounded up, so that a message is
+// never early; a delay of zero or less is 0. A delay beyond MaxDelay is
+// refused with an error wrapping ErrDelayTooLong.
 func (l Ladder) Units(d time.Duration) (int64, error) {
 	if d <= 0 {
 		return 0, nil
 	}
 	if d > l.MaxDelay() {
-		return 0, fmt.Errorf("%w: %s is longer than the delay ladder holds (%s, 2^28 - 1 s); deliver it in steps, or store it and schedule it later",
-			ErrDelayTooLong, d, l.MaxDelay())
+		return 0, fmt.Errorf("%w: %s is longer than the delay ladder holds (2^28 - 1 s, about 8.5 years); deliver it in steps, or store it and schedule it later",
+			ErrDelayTooLong, d)
 	}
-	u := l.unit()
-	return int64((d + u - 1) / u), nil
+	return int64((d + time.Second - 1) / time.Second), nil
 }
 
 // DelayKey is the routing key of a delay of units: its 28 binary digits,
@@ -89,10 +105,10 @@ func DelayLevel(units int64) int {
 
 // Route says where a message delayed by d is published: the exchange of
 // the level of its highest set digit and its delay key, or, for a delay
-// under one unit, the default exchange with routing key `.due`, whose
+// under a second, the default exchange with routing key `.due`, whose
 // consumer holds it until it is due.
 func (l Ladder) Route(d time.Duration) (exchange, routingKey string, err error) {
-	if d < l.unit() {
+	if d < time.Second {
 		return "", plan.DueQueue, nil
 	}
 	units, err := l.Units(d)
@@ -121,6 +137,7 @@ func (l Ladder) Delay(m *Message, exchange, routingKey string, dueAt, now time.T
 	if err != nil {
 		return "", "", err
 	}
+	dueAt = now.Add(l.real(dueAt.Sub(now)))
 	h := copyTable(m.Headers)
 	DropDeaths(h)
 	h[plan.HeaderDeliverExchange] = exchange
@@ -173,7 +190,7 @@ type DueDecision struct {
 // a cycle), everything else unchanged, the ladder's headers kept. It is
 // never early: a message due later than now (a publisher whose clock runs
 // ahead, a delay under one unit sent straight to `.due`) is held until due
-// when that is within a unit, and otherwise goes back into the ladder for
+// when that is within a second of the ladder, and otherwise goes back into the ladder for
 // the rest. Without a destination it is dead-lettered to `.due`'s .dlq:
 // nothing says where it should go.
 func (l Ladder) Due(m Message, now time.Time) DueDecision {
@@ -193,7 +210,7 @@ func (l Ladder) Due(m Message, now time.Time) DueDecision {
 	early := dueAt.Sub(now)
 	switch {
 	case early > l.unit():
-		if ex, k, err := l.Route(early); err == nil {
+		if ex, k, err := l.Route(l.ladderTime(early)); err == nil {
 			return DueDecision{Action: DueDelay, Publish: to(ex, k, m)}
 		}
 		// Beyond the ladder (a due time decades ahead): delivered, as
@@ -206,7 +223,7 @@ func (l Ladder) Due(m Message, now time.Time) DueDecision {
 
 // Unroutable is due message m, which its destination did not take (nothing
 // bound, or the exchange missing), sent back into the ladder for
-// UnroutableRetry units with its destination and due time unchanged and
+// UnroutableRetry seconds with its destination and due time unchanged and
 // x-acemq-due-retries counted: it is tried again until it is delivered,
 // never dead-lettered.
 func (l Ladder) Unroutable(m Message) Message {

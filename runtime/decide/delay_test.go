@@ -158,12 +158,17 @@ func TestUnroutableGoesBackForTenSeconds(t *testing.T) {
 }
 
 func TestLadderUnitScalesTheDelays(t *testing.T) {
-	l := Ladder{Unit: 10 * time.Millisecond}
-	ex, key, err := l.Route(4 * time.Hour)
-	if err != nil || ex != "acemq.schedule.20" || key != DelayKey(1440000) {
-		t.Errorf("Route(4h) with a 10ms unit = %q %q %v", ex, key, err)
+	l := Ladder{Unit: time.Millisecond}
+	now := time.Date(2026, 9, 9, 14, 0, 0, 0, time.UTC)
+	m := Message{}
+	ex, key, err := l.Delay(&m, "x", "k", now.Add(4*time.Hour), now)
+	if err != nil || ex != "acemq.schedule.13" || key != DelayKey(14400) {
+		t.Errorf("Delay(4h) with a 1ms unit = %q %q %v", ex, key, err)
 	}
-	if l.MaxDelay() != (1<<28-1)*10*time.Millisecond {
-		t.Errorf("MaxDelay = %s", l.MaxDelay())
+	if m.Headers[plan.HeaderDueAt] != "2026-09-09T14:00:14.400Z" {
+		t.Errorf("due at %v, want 14.4 s from now", m.Headers[plan.HeaderDueAt])
+	}
+	if d := l.Due(m, now.Add(4*time.Second)); d.Action != DueDelay || d.Publish.RoutingKey != DelayKey(10400) {
+		t.Errorf("Due 10.4 s early on a 1ms ladder = %s %s, want back into the ladder for 10400 of its seconds", d.Action, d.Publish.RoutingKey)
 	}
 }

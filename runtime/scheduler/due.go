@@ -1,0 +1,281 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/acemq/acemq-flow/runtime/broker"
+	"github.com/acemq/acemq-flow/runtime/decide"
+	"github.com/acemq/acemq-flow/runtime/plan"
+	"github.com/acemq/acemq-flow/runtime/wire"
+)
+
+// DueOptions configure a Due consumer.
+type DueOptions struct {
+	// Ladder is the ladder the messages come from (its unit: 1 s but in
+	// tests, see plan.Ladder).
+	Ladder decide.Ladder
+	// Prefetch is how many due messages are handled at once. Default 256.
+	Prefetch int
+	// DrainTimeout bounds how long Run waits, once ctx ends, for the
+	// messages in hand to be settled. Default 30s.
+	DrainTimeout time.Duration
+	// Name prefixes the consumer tag. Default "acemq-flow".
+	Name string
+	// Metrics is where the consumer's metrics are registered; nil keeps
+	// them unregistered.
+	Metrics prometheus.Registerer
+	// Log receives the warnings about unroutable messages; nil discards.
+	Log *slog.Logger
+}
+
+// How long an answer about an exchange a due message goes to is trusted:
+// found, and missing.
+const (
+	trustFound   = 5 * time.Second
+	trustMissing = time.Second
+)
+
+// Due consumes `acemq.schedule.due` and carries out decide.Ladder.Due for
+// each message: delivered to its destination (published with confirms and
+// mandatory, acknowledged once confirmed), held until due when it came
+// early, or back into the ladder; a message that reached no queue
+// (decide.Ladder.Unroutable) goes back for 10 s, logged and counted, and a
+// message that names no destination goes to `.due`'s .dlq. A message is
+// acknowledged only once what replaces it is confirmed; when that fails it
+// goes back to `.due` (requeued), so nothing is lost.
+//
+// Lifecycle: NewDue allocates and registers the metrics; Run consumes until
+// ctx ends, then drains. Run may be called once.
+type Due struct {
+	consume, publish *broker.Conn
+	opts             DueOptions
+	log              *slog.Logger
+
+	pub       *broker.Publisher
+	exchanges *broker.ExchangeCache
+	bg        work
+
+	delivered    prometheus.Counter
+	lateness     prometheus.Observer
+	unroutable   *prometheus.CounterVec
+	deadLettered prometheus.Counter
+}
+
+// NewDue returns a consumer of `.due` that consumes on consume and
+// publishes on publish (a connection no consumer uses; see
+// broker.Publisher). It does no I/O. The connections stay the caller's.
+func NewDue(consume, publish *broker.Conn, opts DueOptions) (*Due, error) {
+	if opts.Prefetch <= 0 {
+		opts.Prefetch = 256
+	}
+	if opts.DrainTimeout <= 0 {
+		opts.DrainTimeout = 30 * time.Second
+	}
+	if opts.Name == "" {
+		opts.Name = "acemq-flow"
+	}
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	d := &Due{consume: consume, publish: publish, opts: opts, log: opts.Log.With("queue", plan.DueQueue)}
+	delivered := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "acemq_delay_delivered_total",
+		Help: "Delayed messages taken from acemq.schedule.due and delivered to their destination.",
+	})
+	lateness := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "acemq_delay_lateness_seconds",
+		Help:    "How late each delayed message was delivered: from its x-acemq-due-at to its publish to the destination.",
+		Buckets: []float64{.05, .1, .25, .5, .75, 1, 1.5, 2, 5, 10, 30, 60},
+	})
+	unroutable := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "acemq_delay_unroutable_total",
+		Help: "Times a due message reached no queue at its destination exchange (nothing bound, or the exchange missing) and went back into the ladder for 10 s.",
+	}, []string{"exchange"})
+	deadLettered := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "acemq_delay_dead_lettered_total",
+		Help: "Messages taken from acemq.schedule.due that named no destination, sent to acemq.schedule.due.dlq.",
+	})
+	if opts.Metrics != nil {
+		for _, c := range []prometheus.Collector{delivered, lateness, unroutable, deadLettered} {
+			if err := opts.Metrics.Register(c); err != nil {
+				return nil, fmt.Errorf("register the delay ladder's metrics: %w", err)
+			}
+		}
+	}
+	d.delivered, d.lateness, d.unroutable, d.deadLettered = delivered, lateness, unroutable, deadLettered
+	return d, nil
+}
+
+// Run consumes `.due` until ctx ends, then drains: no new deliveries, the
+// messages in hand settled up to the drain timeout (those held until due
+// go back to `.due`). It returns nil after a clean shutdown.
+func (d *Due) Run(ctx context.Context) error {
+	pub, err := broker.OpenPublisher(ctx, d.publish, broker.PublisherOptions{Log: d.opts.Log, Window: 512})
+	if err != nil {
+		return fmt.Errorf("%s consumer: open a publisher: %w", plan.DueQueue, err)
+	}
+	defer pub.Close()
+	topo := broker.NewTopology(d.publish, d.opts.Log)
+	defer topo.Close()
+	d.pub = pub
+	d.exchanges = broker.NewExchangeCache(topo.ExchangeExists, trustFound, trustMissing)
+	bc := broker.NewConsumer(d.consume, broker.ConsumerOptions{Queue: plan.DueQueue, Tag: d.opts.Name + "-due", Prefetch: d.opts.Prefetch,
+		Concurrency: 4, DrainTimeout: d.opts.DrainTimeout, Log: d.opts.Log})
+	err = bc.Run(ctx, d.handle)
+	d.bg.Wait()
+	var de *broker.DrainError
+	switch {
+	case errors.As(err, &de):
+		d.log.Warn("delay ladder's due consumer drained with messages still in hand after the drain timeout; they will be redelivered", "left_for_redelivery", de.Left)
+	case err != nil && !errors.Is(err, broker.ErrClosed):
+		return fmt.Errorf("%s consumer: %w", plan.DueQueue, err)
+	default:
+		d.log.Info("delay ladder's due consumer drained")
+	}
+	return nil
+}
+
+// handle carries out the decision about one due message.
+func (d *Due) handle(ctx context.Context, bd *broker.Delivery) {
+	dec := d.opts.Ladder.Due(wire.Message(&bd.Delivery), time.Now())
+	switch dec.Action {
+	case decide.DueWait:
+		// Held until due, never early; given back to `.due` if the
+		// consumer drains first.
+		d.bg.Go(func() {
+			t := time.NewTimer(dec.Wait)
+			defer t.Stop()
+			select {
+			case <-t.C:
+				d.deliver(ctx, bd, dec.Publish)
+			case <-ctx.Done():
+				_ = bd.Nack(true)
+			}
+		})
+	case decide.DueDeliver:
+		d.deliver(ctx, bd, dec.Publish)
+	case decide.DueDelay:
+		d.publishThenAck(ctx, bd, dec.Publish, nil)
+	case decide.DueDeadLetter:
+		d.log.Warn("delayed message names no destination; dead-lettered", "message_id", bd.MessageId, "error", dec.Reason)
+		d.publishThenAck(ctx, bd, dec.Publish, d.deadLettered.Inc)
+	}
+}
+
+// deliver publishes due message m to its destination and acknowledges it
+// once confirmed; unroutable, it goes back into the ladder.
+func (d *Due) deliver(ctx context.Context, bd *broker.Delivery, m decide.Message) {
+	if m.Exchange != "" {
+		// A publish to a missing exchange closes the publishing channel
+		// (404), failing every publish in flight on it: the exchange is
+		// asked about first, the answer kept briefly.
+		if ok, err := d.exchanges.Exists(ctx, m.Exchange); err == nil && !ok {
+			d.sendBack(ctx, bd, m, fmt.Sprintf("exchange %q does not exist", m.Exchange))
+			return
+		}
+	}
+	_, _, dueAt, _ := decide.Destination(m.Headers)
+	err := d.pub.PublishFunc(ctx, wire.Publishing(m), func(err error) {
+		switch {
+		case err == nil:
+			if !dueAt.IsZero() {
+				d.lateness.Observe(max(time.Since(dueAt), 0).Seconds())
+			}
+			if bd.Ack() == nil {
+				d.delivered.Inc()
+			}
+		case errors.Is(err, broker.ErrUnroutable):
+			// Confirm callbacks must not publish.
+			d.bg.Go(func() {
+				d.sendBack(ctx, bd, m, fmt.Sprintf("no queue is bound to exchange %q for routing key %q", m.Exchange, m.RoutingKey))
+			})
+		case broker.ClosedNotFound(err):
+			d.bg.Go(func() {
+				d.exchanges.Forget()
+				if ok, qerr := d.exchanges.Exists(ctx, m.Exchange); qerr == nil && !ok {
+					d.sendBack(ctx, bd, m, fmt.Sprintf("exchange %q does not exist", m.Exchange))
+					return
+				}
+				d.requeue(bd, m, err)
+			})
+		default:
+			d.requeue(bd, m, err)
+		}
+	})
+	if err != nil {
+		d.notPublished(ctx, bd, m, err)
+	}
+}
+
+// sendBack puts due message m, which its destination did not take, back
+// into the ladder for 10 s (patterns.txt, "Scheduling": never
+// dead-lettered; the seed's 0.7 releases sent it to a .dlq at once).
+func (d *Due) sendBack(ctx context.Context, bd *broker.Delivery, m decide.Message, reason string) {
+	back := d.opts.Ladder.Unroutable(m)
+	retries, _ := decide.HeaderInt(back.Headers[plan.HeaderDueRetries])
+	d.log.Warn("delayed message due but unroutable; back into the delay ladder",
+		"exchange", m.Exchange, "routing_key", m.RoutingKey, "message_id", m.MessageID, "retries", retries,
+		"retry_in", time.Duration(decide.UnroutableRetry)*d.unit(), "reason", reason)
+	d.unroutable.WithLabelValues(m.Exchange).Inc()
+	d.publishThenAck(ctx, bd, back, nil)
+}
+
+func (d *Due) unit() time.Duration {
+	if d.opts.Ladder.Unit < time.Millisecond {
+		return plan.LadderUnit
+	}
+	return d.opts.Ladder.Unit
+}
+
+// publishThenAck publishes m and acknowledges bd once m is confirmed and
+// routed (then calls counted); otherwise bd goes back to `.due`.
+func (d *Due) publishThenAck(ctx context.Context, bd *broker.Delivery, m decide.Message, counted func()) {
+	err := d.pub.PublishFunc(ctx, wire.Publishing(m), func(err error) {
+		if err != nil {
+			d.requeue(bd, m, err)
+			return
+		}
+		if bd.Ack() == nil && counted != nil {
+			counted()
+		}
+	})
+	if err != nil {
+		d.notPublished(ctx, bd, m, err)
+	}
+}
+
+// notPublished settles a delivery whose replacement could not even be
+// written: one AMQP cannot carry goes to `.due`'s .dlq, as it would fail
+// the same way every time; for anything else (ctx ended, the publisher
+// closed) it goes back to `.due`.
+func (d *Due) notPublished(ctx context.Context, bd *broker.Delivery, m decide.Message, err error) {
+	if !errors.Is(err, broker.ErrInvalidMessage) || m.RoutingKey == plan.DeadLetterQueue(plan.DueQueue) {
+		d.requeue(bd, m, err)
+		return
+	}
+	dl := m
+	dl.Headers = decide.Table{}
+	for k, v := range m.Headers {
+		dl.Headers[k] = v
+	}
+	dl.Headers[plan.HeaderError] = err.Error()
+	dl.Headers[plan.HeaderErrorKind] = decide.KindFatal
+	dl.Headers[plan.HeaderFailedQueue] = plan.DueQueue
+	dl.Exchange, dl.RoutingKey = "", plan.DeadLetterQueue(plan.DueQueue)
+	d.log.Warn("delayed message cannot be published; dead-lettered", "message_id", m.MessageID, "exchange", m.Exchange, "routing_key", m.RoutingKey, "error", err)
+	d.publishThenAck(ctx, bd, dl, d.deadLettered.Inc)
+}
+
+// requeue hands bd back to `.due`: what should replace it was not
+// confirmed, so it is tried again.
+func (d *Due) requeue(bd *broker.Delivery, m decide.Message, err error) {
+	d.log.Warn("delayed message handed back to the due queue: its publish failed", "message_id", m.MessageID,
+		"exchange", m.Exchange, "routing_key", m.RoutingKey, "error", err)
+	_ = bd.Nack(true)
+}

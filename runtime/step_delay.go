@@ -1,0 +1,116 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/acemq/acemq-flow/runtime/decide"
+	"github.com/acemq/acemq-flow/runtime/plan"
+	"github.com/acemq/acemq-flow/runtime/scheduler"
+)
+
+// A step with `delay:` (FLOW-FORMAT §4) gets its input through the delay
+// ladder: the previous step's output (or a routing slip's, to the step's
+// queue) is published into the ladder addressed to the step, and the
+// previous step acknowledges once that publish is confirmed, as for any
+// output. The `.due` consumer (runtime/scheduler) delivers it when due.
+//
+// Which runtimes declare the ladder and consume `.due`: one whose plan has
+// a step delay, and one started with Options.Delays, as `acemq-flow run`
+// always is, so that a message sent with `send --in` to any running flow is
+// delivered.
+
+// delayTarget is where a delayed step's input is published: its
+// pipeline's exchange and the step's routing key.
+type delayTarget struct{ exchange, routingKey string }
+
+// delayedSteps are the steps of pl with a delay, by where their input is
+// published.
+func delayedSteps(pl *plan.Plan) map[delayTarget]time.Duration {
+	out := map[delayTarget]time.Duration{}
+	for _, c := range pl.Consumers {
+		if c.Kind == plan.KindStep && c.Delay > 0 {
+			out[delayTarget{plan.PipelineExchange(c.Pipeline), c.Step}] = time.Duration(c.Delay)
+		}
+	}
+	return out
+}
+
+// usesLadder reports whether pl needs the delay ladder: a step has a delay.
+func usesLadder(pl *plan.Plan) bool { return len(delayedSteps(pl)) > 0 }
+
+// withLadder is pl with the delay ladder's topology (plan.Ladder) added, so
+// that it is declared, checked and drift-reported as the flows' own
+// (create-only); pl itself is not changed.
+func withLadder(pl *plan.Plan, unit time.Duration) *plan.Plan {
+	out := *pl
+	xs, qs, bs := plan.Ladder(unit)
+	out.Exchanges = slices.Clone(pl.Exchanges)
+	for _, x := range xs {
+		if !slices.ContainsFunc(out.Exchanges, func(e plan.Exchange) bool { return e.Name == x.Name }) {
+			out.Exchanges = append(out.Exchanges, x)
+		}
+	}
+	out.Queues = slices.Clone(pl.Queues)
+	for _, q := range qs {
+		if !slices.ContainsFunc(out.Queues, func(e plan.Queue) bool { return e.Name == q.Name }) {
+			out.Queues = append(out.Queues, q)
+		}
+	}
+	out.Bindings = append(slices.Clone(pl.Bindings), bs...)
+	return &out
+}
+
+// delayStep sends what a decision publishes to a delayed step into the
+// ladder instead, due the step's delay from now.
+func (g *group) delayStep(next stepFunc) stepFunc {
+	if len(g.r.delayed) == 0 {
+		return next
+	}
+	return func(ctx context.Context, d *delivery) decide.Decision {
+		dec := next(ctx, d)
+		var copied bool
+		for i, p := range dec.Publish {
+			delay, ok := g.r.delayed[delayTarget{p.Exchange, p.RoutingKey}]
+			if !ok || p.BestEffort {
+				continue
+			}
+			if !copied {
+				dec.Publish, copied = slices.Clone(dec.Publish), true
+			}
+			now := time.Now()
+			if _, _, err := g.r.ladder.Delay(&dec.Publish[i].Message, p.Exchange, p.RoutingKey, now.Add(delay), now); err != nil {
+				// The validator refuses such delays; a plan built otherwise
+				// gets the message dead-lettered with the reason.
+				return decide.DeadLetter(g.c, d.in, decide.KindFatal, fmt.Sprintf("step %q: %v", p.RoutingKey, err), now)
+			}
+		}
+		return dec
+	}
+}
+
+// startDue starts the `.due` consumer when the runtime declares the
+// ladder; it drains when Run does, beside the consumer groups.
+func (r *Runtime) startDue(ctx context.Context) error {
+	if r.ladder == nil {
+		return nil
+	}
+	due, err := scheduler.NewDue(r.consume, r.publish, scheduler.DueOptions{Ladder: *r.ladder, DrainTimeout: r.opts.DrainTimeout,
+		Name: r.opts.Name, Metrics: r.metrics.reg, Log: r.log})
+	if err != nil {
+		return err
+	}
+	dctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	r.wg.Go(func() {
+		<-r.stopping
+		cancel()
+	})
+	r.wg.Go(func() {
+		if err := due.Run(dctx); err != nil {
+			r.log.Error("delay ladder's due consumer stopped; delayed messages wait in acemq.schedule.due until a runtime consumes it", "error", err)
+		}
+	})
+	return nil
+}
