@@ -14,7 +14,9 @@
 //     consumers, topology. runtime/wire maps its messages to decide's.
 //   - runtime/relay (the outbox relay), runtime/admin (the admin API and its
 //     client), runtime/ops (send, inspect, replay) sit beside the engine;
-//     the engine imports none of them.
+//     the engine imports none of them. runtime/scheduler holds the daemons
+//     of time the engine starts and drains beside its consumer groups: the
+//     delay ladder's `.due` consumer and the schedules' loop.
 //
 // Entry points of the engine, in the order a caller uses them:
 //
@@ -26,10 +28,17 @@
 //     and every consumer has drained. While it runs, the registry
 //     (Consumers, Start, Stop, Scale, Prefetch, Pause, Resume) steers the
 //     consumer groups; runtime/admin serves it over HTTP with Metrics.
+//  3. PublishAt(ctx, msg, at) and PublishIn(ctx, msg, d), while Run runs,
+//     deliver a message later through the delay ladder (FLOW-FORMAT §4):
+//     it returns once the broker has it in the ladder. A runtime declares
+//     the ladder and consumes its `.due` queue when a step has a `delay:` or
+//     Options.Delays is set (`acemq-flow run` sets it, so that what any
+//     client puts in the ladder is delivered).
 //
 // A consumer group carries each delivery through its step, a chain of
 // small wrappers around the handler call (step.go: the payload checks, the
-// check that the exchanges a decision publishes to exist, the claim gate,
-// the call), then carries the decision out: publish with
+// check that the exchanges a decision publishes to exist, the delay ladder
+// for a step with a delay, the claim gate, the call), then carries the
+// decision out: publish with
 // confirms, then acknowledge.
 package runtime

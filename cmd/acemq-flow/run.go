@@ -96,7 +96,10 @@ ACEMQ_MANAGEMENT_URL (--management).`,
 			if err := admin.CheckExposure(adminAddr, token); err != nil {
 				return failed("%v", err)
 			}
-			opts := runtime.Options{AMQPURL: amqpURL, Management: management, DrainTimeout: drain, Log: log, ClaimTimeout: claimTimeout}
+			opts := runtime.Options{AMQPURL: amqpURL, Management: management, DrainTimeout: drain, Log: log, ClaimTimeout: claimTimeout,
+				// Every runtime delivers what is due in the delay ladder, so
+				// that send --in to any running flow is delivered.
+				Delays: true}
 			var set stores.Set
 			if needsStore(pl) || withRelay {
 				var err error

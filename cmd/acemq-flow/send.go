@@ -28,19 +28,25 @@ func newSendCmd(s streams) *cobra.Command {
 		wait      time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "send [PATH...] (--pipeline|--itinerary NAME | --exchange X --routing-key K) [--data @file|-|JSON] [--wait DURATION]",
+		Use:   "send [PATH...] (--pipeline|--itinerary NAME | --exchange X --routing-key K) [--data @file|-|JSON] [--in DURATION | --at TIME] [--wait DURATION]",
 		Short: "Send a message into a pipeline, an itinerary or an exchange",
 		Long: `Send a message into a pipeline (its first step, with the declared route), an
 itinerary (a slip holding only the stops whose when holds for this payload),
 or an exchange and routing key. The flows are read from PATH; without PATH,
 the running runtime at --admin builds the message from the flows it runs.
 
+--in and --at deliver it later, through the broker's delay ladder
+(acemq.schedule.*): never early, about a second late at most. A running
+runtime (acemq-flow run) delivers it when due; the ladder exists once one
+has run on the broker.
+
 --wait is request/reply: it waits for the run's reply and prints its payload;
 exit 0 when the run completed or stopped, 1 when it was dead-lettered or no
-reply came in time.`,
+reply came in time. With --in or --at, the wait includes the delay.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if in != "" || at != "" {
-				return failed("--in and --at need the scheduler, which is %v", plan.ErrUnsupported)
+			delay, err := parseWhen(in, at)
+			if err != nil {
+				return err
 			}
 			// The target is checked before the payload is read: --data - may
 			// wait on standard input.
@@ -74,11 +80,23 @@ reply came in time.`,
 					return failed("%v", err)
 				}
 			}
+			dest := msg
+			if delay != nil {
+				now := time.Now()
+				if _, _, err := decide.Delay(&msg, msg.Exchange, msg.RoutingKey, delay(now), now); err != nil {
+					return failed("%v", err)
+				}
+			}
 			reply, err := ops.Send(cmd.Context(), amqpURL, msg, wait)
 			if err != nil {
 				return failed("%v", err)
 			}
-			fmt.Fprintf(s.err, "sent message %s to exchange %q with key %q\n", msg.MessageID, msg.Exchange, msg.RoutingKey)
+			if delay != nil {
+				fmt.Fprintf(s.err, "sent message %s into the delay ladder, due at %s, for exchange %q with key %q\n",
+					msg.MessageID, decide.HeaderText(msg.Headers[plan.HeaderDueAt]), dest.Exchange, dest.RoutingKey)
+			} else {
+				fmt.Fprintf(s.err, "sent message %s to exchange %q with key %q\n", msg.MessageID, msg.Exchange, msg.RoutingKey)
+			}
 			if reply == nil {
 				return nil
 			}
@@ -108,8 +126,8 @@ reply came in time.`,
 	f.StringVar(&t.Exchange, "exchange", "", "publish to this exchange")
 	f.StringVar(&t.RoutingKey, "routing-key", "", "with this routing key")
 	f.StringVar(&data, "data", "", "the payload: JSON text, @file, or - for standard input")
-	f.StringVar(&in, "in", "", "deliver after this delay (needs the scheduler: not supported yet)")
-	f.StringVar(&at, "at", "", "deliver at this time (needs the scheduler: not supported yet)")
+	f.StringVar(&in, "in", "", "deliver after this delay (1h30m, 90s: up to 2^28-1 s, about 8.5 years)")
+	f.StringVar(&at, "at", "", "deliver at this time (RFC 3339: 2026-09-09T14:00:00Z)")
 	f.DurationVar(&wait, "wait", 0, "wait this long for the reply (request/reply)")
 	amqpFlag(f, &amqpURL)
 	f.StringVar(&adminAddr, "admin", envOr("ACEMQ_ADMIN_ADDR", "127.0.0.1:9464"), "without PATH, the running runtime's admin address, which knows the flows (env ACEMQ_ADMIN_ADDR)")
@@ -184,4 +202,26 @@ func readData(ctx context.Context, s streams, data string) ([]byte, error) {
 		return nil, failed("--data %s is not JSON", data)
 	}
 	return raw, nil
+}
+
+// parseWhen reads --in and --at: nil when neither is given, otherwise the
+// due time as a function of the time of sending.
+func parseWhen(in, at string) (func(now time.Time) time.Time, error) {
+	switch {
+	case in != "" && at != "":
+		return nil, usage("--in and --at cannot be used together; give the delay or the time")
+	case in != "":
+		d, err := time.ParseDuration(in)
+		if err != nil || d < 0 {
+			return nil, usage("--in %q is not a delay; write it as 90s, 15m or 4h30m", in)
+		}
+		return func(now time.Time) time.Time { return now.Add(d) }, nil
+	case at != "":
+		t, err := time.Parse(time.RFC3339Nano, at)
+		if err != nil {
+			return nil, usage("--at %q is not a time; write it in RFC 3339, as 2026-09-09T14:00:00Z or 2026-09-09T16:00:00+02:00", at)
+		}
+		return func(time.Time) time.Time { return t }, nil
+	}
+	return nil, nil
 }

@@ -132,6 +132,12 @@ func Send(ctx context.Context, url string, msg decide.Message, wait time.Duratio
 
 // sendError words a publish that failed, for a person at a terminal.
 func sendError(msg decide.Message, limit time.Duration, err error) error {
+	if _, _, _, delayed := decide.Destination(msg.Headers); delayed && (broker.ClosedNotFound(err) || errors.Is(err, broker.ErrUnroutable)) {
+		// Into the ladder: it is the ladder that is missing, not the
+		// destination.
+		return fmt.Errorf("the delay ladder (%s, %s) is not declared on this broker; start a runtime (`acemq-flow run` declares it and delivers what is due), then send again",
+			msg.Exchange, plan.DueQueue)
+	}
 	switch {
 	case broker.ClosedNotFound(err):
 		// Its one publish was alone on the channel the broker closed.
