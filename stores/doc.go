@@ -1,7 +1,8 @@
 // Package stores defines what acemq-flow keeps in a database: the
-// idempotency store (claims and confirmations, keyed by message) and the
+// idempotency store (claims and confirmations, keyed by message), the
 // transactional outbox (messages written in a caller's transaction and
-// published later by a relay). It knows keys, payload bytes, claims and
+// published later by a relay) and the schedule ticks (which tick of which
+// schedule fired, written with the firing's outbox record). It knows keys, payload bytes, claims and
 // states; it does not know what flows, steps or consumers are, and it never
 // imports spec or runtime. It holds the interfaces and their types only: the
 // backends import stores, never the reverse, and stores/storeurl, which
@@ -36,10 +37,13 @@
 //     MarkPublished, MarkFailed — or, on a Set that is also an
 //     OutboxLocker (PostgreSQL), ClaimLocked and the batch's Finish;
 //     `outbox list [--stuck]` uses ListPending and ListStuck.
-//  6. On a schedule (hourly): Set.Purge deletes expired claims, old
-//     confirmations and records published more than
-//     Options.PublishedRetention ago; nothing else deletes them.
-//  7. Close.
+//  6. The schedule loop of every runtime replica calls ClaimTick for each
+//     tick, and LastTick at start (ScheduleTicks).
+//  7. On a schedule (hourly): Set.Purge deletes expired claims, old
+//     confirmations, records published more than
+//     Options.PublishedRetention ago and ticks claimed before that but each
+//     schedule's latest; nothing else deletes them.
+//  8. Close.
 //
 // The protocols — who calls what when, and what each error means — are
 // stated on Idempotency and OutboxRelay. In short: a duplicate claim is an

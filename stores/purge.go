@@ -12,6 +12,11 @@ type Purged struct {
 	// PublishedBefore. Pending and stuck records are never deleted.
 	Published int64
 
+	// Ticks is the acemq_schedule_ticks rows deleted: ticks claimed before
+	// PublishedBefore, but each schedule's latest, which says where it
+	// stopped.
+	Ticks int64
+
 	// PublishedBefore is the outbox cut-off: the store's clock when the
 	// purge began, less Options.PublishedRetention.
 	PublishedBefore time.Time

@@ -32,7 +32,8 @@ func (e *SchemaError) Error() string {
 }
 
 // Set is what every backend provides behind one store URL: the idempotency
-// store and the relay side of the outbox, plus schema management. The
+// store, the relay side of the outbox and the schedule ticks, plus schema
+// management. The
 // outbox write side depends on the backend's transaction type; get it from
 // the concrete store (postgres.Store.Outbox, sqlite.Store.Outbox,
 // memory.Store.Outbox). Package stores/storeurl opens a Set from a store
@@ -46,6 +47,7 @@ func (e *SchemaError) Error() string {
 type Set interface {
 	Idempotency
 	OutboxRelay
+	ScheduleTicks
 
 	// Migrate applies the backend's embedded migrations that are not yet
 	// recorded in acemq_migrations. Concurrent Migrate calls are safe.
@@ -58,14 +60,15 @@ type Set interface {
 	// Purge deletes, once, what the store no longer has to keep: expired
 	// claims and confirmations older than Options.Retention (PurgeExpired),
 	// then outbox records published more than Options.PublishedRetention
-	// ago (PurgePublished); pending and stuck records stay. Nothing else
-	// calls those two: without a Purge on a schedule (hourly is plenty:
-	// `acemq-flow purge`, or runtime.RunPurges beside the consumers) both
-	// tables grow for ever. It deletes in batches, each a short transaction
-	// of its own (stores/README.md). The second purge runs even when the first
-	// fails; the counts are of the rows deleted, up to a failure, and the
-	// error joins both failures. An error decides nothing: the next Purge
-	// deletes what this one left.
+	// ago (PurgePublished), then schedule ticks claimed before that same
+	// cut-off but each schedule's latest (PurgeTicks); pending and stuck
+	// records stay. Nothing else calls those three: without a Purge on a
+	// schedule (hourly is plenty: `acemq-flow purge`, or runtime.RunPurges
+	// beside the consumers) the tables grow for ever. It deletes in
+	// batches, each a short transaction of its own (stores/README.md). Each
+	// purge runs even when the one before fails; the counts are of the rows
+	// deleted, up to a failure, and the error joins the failures. An error
+	// decides nothing: the next Purge deletes what this one left.
 	Purge(ctx context.Context) (Purged, error)
 
 	// Close releases the connections (memory: discards the data).

@@ -27,6 +27,7 @@ type Store struct {
 	token  stores.Token
 	outbox map[int64]*stores.OutboxRecord
 	nextID int64
+	ticks  map[string]map[int64]struct{} // schedule → claimed ticks, unix milliseconds
 }
 
 var _ stores.Set = (*Store)(nil)
@@ -49,6 +50,7 @@ func Open(opts stores.Options) (*Store, error) {
 		opts:   o,
 		claims: make(map[string]*claim),
 		outbox: make(map[int64]*stores.OutboxRecord),
+		ticks:  make(map[string]map[int64]struct{}),
 	}, nil
 }
 
@@ -70,7 +72,7 @@ func (s *Store) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
-	s.claims, s.outbox = nil, nil
+	s.claims, s.outbox, s.ticks = nil, nil, nil
 	return nil
 }
 

@@ -76,13 +76,7 @@ func (Outbox) Add(ctx context.Context, tx *Tx, rec stores.OutboxRecord) (int64, 
 	if err := backend.CheckRecord(rec); err != nil {
 		return 0, err
 	}
-	// Properties round-trip through JSON, as the SQL backends store them, so
-	// that a relay sees the same values from every backend.
-	b, err := backend.EncodeProperties(rec.Properties)
-	if err != nil {
-		return 0, err
-	}
-	props, err := backend.DecodeProperties(b)
+	r, err := tx.s.record(rec)
 	if err != nil {
 		return 0, err
 	}
@@ -100,16 +94,30 @@ func (Outbox) Add(ctx context.Context, tx *Tx, rec stores.OutboxRecord) (int64, 
 	if tx.done {
 		return 0, ErrTxDone
 	}
-	tx.recs = append(tx.recs, stores.OutboxRecord{
-		ID:          id,
+	r.ID, r.CreatedAt = id, now
+	tx.recs = append(tx.recs, r)
+	return id, nil
+}
+
+// record is the row rec becomes, but its id and creation time. Properties
+// round-trip through JSON, as the SQL backends store them, so that a relay
+// sees the same values from every backend.
+func (s *Store) record(rec stores.OutboxRecord) (stores.OutboxRecord, error) {
+	b, err := backend.EncodeProperties(rec.Properties)
+	if err != nil {
+		return stores.OutboxRecord{}, err
+	}
+	props, err := backend.DecodeProperties(b)
+	if err != nil {
+		return stores.OutboxRecord{}, err
+	}
+	return stores.OutboxRecord{
 		Exchange:    rec.Exchange,
 		RoutingKey:  rec.RoutingKey,
 		Body:        append([]byte{}, rec.Body...),
 		ContentType: rec.ContentType,
 		Properties:  props,
-		CreatedAt:   now,
-	})
-	return id, nil
+	}, nil
 }
 
 func (s *Store) sorted(keep func(*stores.OutboxRecord) bool) []*stores.OutboxRecord {

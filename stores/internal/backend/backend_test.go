@@ -48,13 +48,19 @@ func TestPropertiesKeepIntegersExact(t *testing.T) {
 	}
 }
 
-// fakePurger answers the two purges with fixed counts and errors, and
-// records the cut-off it was given.
+// fakePurger answers the three purges with fixed counts and errors, and
+// records the cut-offs it was given.
 type fakePurger struct {
-	expired, published       int64
-	errExpired, errPublished error
-	before                   time.Time
-	calls                    []string
+	expired, published, ticks          int64
+	errExpired, errPublished, errTicks error
+	before, ticksBefore                time.Time
+	calls                              []string
+}
+
+func (f *fakePurger) PurgeTicks(_ context.Context, before time.Time) (int64, error) {
+	f.calls = append(f.calls, "ticks")
+	f.ticksBefore = before
+	return f.ticks, f.errTicks
 }
 
 func (f *fakePurger) PurgeExpired(context.Context) (int64, error) {
@@ -68,32 +74,34 @@ func (f *fakePurger) PurgePublished(_ context.Context, before time.Time) (int64,
 	return f.published, f.errPublished
 }
 
-func TestPurgeRunsBothPurgesEvenWhenOneFails(t *testing.T) {
+func TestPurgeRunsEveryPurgeEvenWhenOneFails(t *testing.T) {
 	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 	lock := errors.New("purge expired idempotency rows (3 purged before the failure): lock timeout")
 	gone := errors.New("purge published outbox rows (0 purged before the failure): connection lost")
+	ticks := errors.New("purge schedule ticks (0 purged before the failure): connection lost")
 	cases := []struct {
 		name string
 		f    fakePurger
 		want []error
 	}{
-		{"both succeed", fakePurger{expired: 4, published: 5}, nil},
-		{"the idempotency purge fails", fakePurger{expired: 3, published: 5, errExpired: lock}, []error{lock}},
-		{"the outbox purge fails", fakePurger{expired: 4, errPublished: gone}, []error{gone}},
-		{"both fail", fakePurger{expired: 3, errExpired: lock, errPublished: gone}, []error{lock, gone}},
+		{"all succeed", fakePurger{expired: 4, published: 5, ticks: 6}, nil},
+		{"the idempotency purge fails", fakePurger{expired: 3, published: 5, ticks: 6, errExpired: lock}, []error{lock}},
+		{"the outbox purge fails", fakePurger{expired: 4, ticks: 6, errPublished: gone}, []error{gone}},
+		{"the tick purge fails", fakePurger{expired: 4, published: 5, errTicks: ticks}, []error{ticks}},
+		{"all fail", fakePurger{expired: 3, errExpired: lock, errPublished: gone, errTicks: ticks}, []error{lock, gone, ticks}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			f := tc.f
 			p, err := Purge(t.Context(), &f, now, time.Hour)
-			if !slices.Equal(f.calls, []string{"expired", "published"}) {
-				t.Errorf("Purge called %v, want both purges in order", f.calls)
+			if !slices.Equal(f.calls, []string{"expired", "published", "ticks"}) {
+				t.Errorf("Purge called %v, want the three purges in order", f.calls)
 			}
-			if p.Expired != f.expired || p.Published != f.published {
-				t.Errorf("Purge counted %d expired and %d published, want %d and %d", p.Expired, p.Published, f.expired, f.published)
+			if p.Expired != f.expired || p.Published != f.published || p.Ticks != f.ticks {
+				t.Errorf("Purge counted %d expired, %d published and %d ticks, want %d, %d and %d", p.Expired, p.Published, p.Ticks, f.expired, f.published, f.ticks)
 			}
-			if want := now.Add(-time.Hour); !f.before.Equal(want) || !p.PublishedBefore.Equal(want) {
-				t.Errorf("Purge cut-off %v (reported %v), want %v", f.before, p.PublishedBefore, want)
+			if want := now.Add(-time.Hour); !f.before.Equal(want) || !f.ticksBefore.Equal(want) || !p.PublishedBefore.Equal(want) {
+				t.Errorf("Purge cut-offs %v and %v (reported %v), want %v", f.before, f.ticksBefore, p.PublishedBefore, want)
 			}
 			if (err == nil) != (len(tc.want) == 0) {
 				t.Fatalf("Purge error = %v, want %v", err, tc.want)

@@ -60,15 +60,18 @@ func PurgeWalk(step func(after int64, limit int, purged int64) (n, last int64, d
 type purger interface {
 	PurgeExpired(ctx context.Context) (int64, error)
 	PurgePublished(ctx context.Context, before time.Time) (int64, error)
+	PurgeTicks(ctx context.Context, before time.Time) (int64, error)
 }
 
 // Purge is every backend's Set.Purge: PurgeExpired, then PurgePublished of
-// the records published before now less retention, the second even when the
-// first failed (a lock on one table must not keep the other growing).
+// the records published before now less retention, then PurgeTicks of the
+// ticks claimed before that, each even when the one before failed (a lock on
+// one table must not keep the others growing).
 func Purge(ctx context.Context, s purger, now time.Time, retention time.Duration) (stores.Purged, error) {
 	p := stores.Purged{PublishedBefore: now.Add(-retention)}
-	var errExpired, errPublished error
+	var errExpired, errPublished, errTicks error
 	p.Expired, errExpired = s.PurgeExpired(ctx)
 	p.Published, errPublished = s.PurgePublished(ctx, p.PublishedBefore)
-	return p, errors.Join(errExpired, errPublished)
+	p.Ticks, errTicks = s.PurgeTicks(ctx, p.PublishedBefore)
+	return p, errors.Join(errExpired, errPublished, errTicks)
 }
