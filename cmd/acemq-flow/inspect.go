@@ -106,6 +106,13 @@ func renderInspectText(w io.Writer, v ops.QueueView) {
 		if m.FailedQueue != "" || m.FailedAt != "" {
 			fmt.Fprintf(w, "   failed in %s at %s\n", esc(m.FailedQueue), esc(m.FailedAt))
 		}
+		if m.Delayed {
+			fmt.Fprintf(w, "   delayed: due at %s, for exchange %q with key %q", esc(m.DueAt), m.DeliverExchange, m.DeliverRoutingKey)
+			if m.DueRetries > 0 {
+				fmt.Fprintf(w, " (due and unroutable %d time(s) so far)", m.DueRetries)
+			}
+			fmt.Fprintln(w)
+		}
 		if m.RouteText != "" {
 			fmt.Fprintf(w, "   route %s\n", esc(m.RouteText))
 		}

@@ -67,9 +67,17 @@ type MessageView struct {
 	// Slip is the carried itinerary as it travels; SlipText writes it as
 	// "validate ✓ 14:03:11 → [charge] → ship" (times UTC). SlipError says
 	// why a slip header could not be read.
-	Slip      json.RawMessage `json:"slip,omitempty"`
-	SlipText  string          `json:"slip_text,omitempty"`
-	SlipError string          `json:"slip_error,omitempty"`
+	// DueAt, DeliverExchange and DeliverRoutingKey are a delayed message's
+	// x-acemq-due-at and destination (FLOW-FORMAT §4), DueRetries how many
+	// times it was due and reached no queue there (x-acemq-due-retries).
+	DueAt             string          `json:"due_at,omitempty"`
+	DeliverExchange   string          `json:"deliver_exchange,omitempty"`
+	DeliverRoutingKey string          `json:"deliver_routing_key,omitempty"`
+	Delayed           bool            `json:"delayed,omitempty"`
+	DueRetries        int             `json:"due_retries,omitempty"`
+	Slip              json.RawMessage `json:"slip,omitempty"`
+	SlipText          string          `json:"slip_text,omitempty"`
+	SlipError         string          `json:"slip_error,omitempty"`
 	// Size is the payload's length in bytes; Preview its first
 	// PreviewBytes, with bytes that are not printable text escaped (\n,
 	// \x00, \u200b); Truncated says the payload goes on.
@@ -147,6 +155,11 @@ func viewMessage(d amqp.Delivery) MessageView {
 		FailedQueue:   decide.HeaderText(d.Headers[plan.HeaderFailedQueue]),
 		FailedAt:      decide.HeaderText(d.Headers[plan.HeaderFailedAt]),
 		Size:          len(d.Body),
+	}
+	if ex, key, _, ok := decide.Destination(decide.Table(d.Headers)); ok {
+		v.Delayed, v.DeliverExchange, v.DeliverRoutingKey = true, ex, key
+		v.DueAt = decide.HeaderText(d.Headers[plan.HeaderDueAt])
+		v.DueRetries, _ = decide.HeaderInt(d.Headers[plan.HeaderDueRetries])
 	}
 	if n, ok := decide.HeaderInt(d.Headers["x-delivery-count"]); ok {
 		v.Deliveries = n
