@@ -2,8 +2,8 @@ package scheduler_test
 
 import (
 	"context"
-	"log/slog"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"slices"
 	"strings"
