@@ -53,6 +53,16 @@ LEFT JOIN LATERAL (
     LIMIT 1
 ) AS cur ON true`
 
+// planEachRun has the claim and confirm statements planned by the server
+// for each run, for the table as it is then. Prepared once and run many
+// times (pgx's default), a statement gets a generic plan after five runs,
+// made for the table as it was: on a new table, taken to be ten pages, the
+// confirm's read by row address costs more than reading all of them, and
+// that plan was kept as the table grew to hundreds of thousands of rows,
+// every confirm reading them all. Planning costs the server about a
+// millisecond per batch (plan_test.go).
+const planEachRun = pgx.QueryExecModeCacheDescribe
+
 const lookSQL = `SELECT key, state, owner, expires_at FROM acemq_idempotency WHERE key = ANY($1)`
 
 // maxClaimRounds bounds how often a key whose row vanished between the
@@ -136,7 +146,7 @@ func (s *Store) claimRound(ctx context.Context, reqs []stores.ClaimRequest, leas
 		byKey[reqs[i].Key] = i
 	}
 	what := claimWhat(reqs, idx)
-	rows, err := s.pool.Query(ctx, claimSQL, keys, owners, exps, now)
+	rows, err := s.pool.Query(ctx, claimSQL, planEachRun, keys, owners, exps, now)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
@@ -268,7 +278,7 @@ func (s *Store) ConfirmBatch(ctx context.Context, held []stores.Held) ([]error, 
 	for i, h := range held {
 		keys[i], tokens[i] = h.Key, int64(h.Token)
 	}
-	rows, err := s.pool.Query(ctx, confirmSQL, keys, tokens, now, now.Add(s.opts.Retention))
+	rows, err := s.pool.Query(ctx, confirmSQL, planEachRun, keys, tokens, now, now.Add(s.opts.Retention))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}

@@ -200,3 +200,71 @@ func openMigrated(t *testing.T) *Store {
 	}
 	return s
 }
+
+// TestClaimAndConfirmStayOffTheWholeTableAsItGrows runs the claim and confirm
+// statements as the store runs them, first many times on a new, small table
+// and then on one of some thousands of rows, and counts the table's
+// sequential scans. A statement prepared once and run many times gets a
+// generic plan from the server after five runs, planned for the table as it
+// was then: on a new table the planner takes it for ten pages, and the
+// confirm's read by row address cost more than reading those; kept as the
+// table grew, every confirm read the whole table (the idempotent hop slowed
+// round after round). The statements are planned for each run instead.
+func TestClaimAndConfirmStayOffTheWholeTableAsItGrows(t *testing.T) {
+	ctx := t.Context()
+	// One connection: its statistics are flushed before they are read.
+	s, err := Open(ctx, testenv.PostgresSchema(t)+"&pool_max_conns=1", stores.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The statistics are the test's to decide: autovacuum stays off.
+	if _, err := s.pool.Exec(ctx, "ALTER TABLE acemq_idempotency SET (autovacuum_enabled = false)"); err != nil {
+		t.Fatal(err)
+	}
+	round := func(r, n int) {
+		t.Helper()
+		reqs := make([]stores.ClaimRequest, n)
+		for i := range reqs {
+			reqs[i] = stores.ClaimRequest{Key: fmt.Sprintf("k-%d-%d", r, i)}
+		}
+		out, err := s.TryClaimBatch(ctx, reqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held := make([]stores.Held, n)
+		for i, o := range out {
+			held[i] = stores.Held{Key: reqs[i].Key, Token: o.Token}
+		}
+		if _, err := s.ConfirmBatch(ctx, held); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seqScans := func() int64 {
+		t.Helper()
+		if _, err := s.pool.Exec(ctx, "SELECT pg_stat_force_next_flush()"); err != nil {
+			t.Fatal(err)
+		}
+		var n int64
+		if err := s.pool.QueryRow(ctx, "SELECT seq_scan FROM pg_stat_user_tables WHERE relid = 'acemq_idempotency'::regclass").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for r := range 10 { // small batches on a small table: the server's plans are made here
+		round(r, 4)
+	}
+	for r := 10; r < 30; r++ {
+		round(r, 250)
+	}
+	before := seqScans()
+	for r := 30; r < 40; r++ {
+		round(r, 64)
+	}
+	if n := seqScans() - before; n > 0 {
+		t.Errorf("10 claim and confirm batches on a table of %d rows read the whole table %d times", 10*4+20*250, n)
+	}
+}
