@@ -2,6 +2,7 @@ package plan
 
 import (
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -197,15 +198,38 @@ type SagaStep struct {
 	Compensation string `json:"compensation_queue,omitempty"`
 }
 
-// Schedule is a schedule.
+// Schedule is a schedule: when it fires (Cron or Every, in Timezone), what
+// it does with missed ticks (Missed, looking back MissedWindow) and what it
+// sends (Send). Target describes the send for people.
 type Schedule struct {
-	Name     string   `json:"name"`
-	Flow     string   `json:"flow"`
-	Cron     string   `json:"cron,omitempty"`
-	Every    Duration `json:"every,omitempty"`
-	Timezone string   `json:"timezone"`
-	Target   string   `json:"target"` // "exchange X key K", "pipeline P", ...
-	At       spec.Pos `json:"-"`
+	Name         string   `json:"name"`
+	Flow         string   `json:"flow"`
+	Cron         string   `json:"cron,omitempty"`
+	Every        Duration `json:"every,omitempty"`
+	Timezone     string   `json:"timezone"`
+	Missed       string   `json:"missed"`
+	MissedWindow Duration `json:"missed_window"`
+	Target       string   `json:"target"` // "exchange X key K", "pipeline P", ...
+	Send         Send     `json:"send"`
+	At           spec.Pos `json:"-"`
+}
+
+// Key is how the store knows the schedule: `<flow>/<schedule>`, also the
+// value of the x-acemq-schedule header of its firings.
+func (s Schedule) Key() string { return s.Flow + "/" + s.Name }
+
+// Send is what a schedule publishes at each tick: its payload, to the start
+// of a pipeline, itinerary or saga, or to an exchange with a routing key.
+// Exchange and RoutingKey are resolved for a pipeline too (its exchange and
+// first step); an itinerary's first stop depends on the payload's `when`s
+// and is decided when it fires.
+type Send struct {
+	Pipeline   string          `json:"pipeline,omitempty"`
+	Itinerary  string          `json:"itinerary,omitempty"`
+	Saga       string          `json:"saga,omitempty"`
+	Exchange   string          `json:"exchange,omitempty"`
+	RoutingKey string          `json:"routing_key,omitempty"`
+	Payload    json.RawMessage `json:"payload,omitempty"`
 }
 
 // Plugin is a plugin process the runtime starts: one per distinct
@@ -262,6 +286,7 @@ func Compile(flows []*spec.Flow) (*Plan, error) {
 				Timeout: Duration(p.Timeout), Path: p.Path, Dir: p.Dir, Env: p.Env, SHA256: p.SHA256, At: p.Pos})
 		}
 	}
+	c.scheduleRoutes()
 	c.deadLetterQueues()
 	c.brokerNames()
 	if len(c.diags) > 0 {
@@ -574,19 +599,34 @@ func (c *compiler) itinerary(f *spec.Flow, it *spec.Itinerary) {
 }
 
 func (c *compiler) schedule(f *spec.Flow, s *spec.Schedule) {
+	send := Send{Pipeline: s.Send.Pipeline, Itinerary: s.Send.Itinerary, Saga: s.Send.Saga,
+		Exchange: s.Send.Exchange, RoutingKey: s.Send.RoutingKey, Payload: s.Send.Payload}
 	target := ""
 	switch {
 	case s.Send.Pipeline != "":
 		target = "pipeline " + s.Send.Pipeline
+		send.Exchange = PipelineExchange(s.Send.Pipeline) // the routing key once every file's pipelines are in (scheduleRoutes)
 	case s.Send.Itinerary != "":
 		target = "itinerary " + s.Send.Itinerary
 	case s.Send.Saga != "":
 		target = "saga " + s.Send.Saga
+		send.Exchange = SagaExchange(s.Send.Saga)
 	default:
 		target = fmt.Sprintf("exchange %s key %s", s.Send.Exchange, s.Send.RoutingKey)
 	}
 	c.plan.Schedules = append(c.plan.Schedules, Schedule{Name: s.Name, Flow: f.Name, Cron: s.Cron, Every: Duration(s.Every),
-		Timezone: s.Timezone, Target: target, At: s.Pos})
+		Timezone: s.Timezone, Missed: s.Missed, MissedWindow: Duration(s.MissedWindow), Target: target, Send: send, At: s.Pos})
+}
+
+// scheduleRoutes sets the routing key of the schedules that start a
+// pipeline, which may be declared in another file: its first step.
+func (c *compiler) scheduleRoutes() {
+	for i := range c.plan.Schedules {
+		s := &c.plan.Schedules[i]
+		if p := c.plan.Pipeline(s.Send.Pipeline); s.Send.Pipeline != "" && p != nil && len(p.Route) > 0 {
+			s.Send.RoutingKey = p.Route[0]
+		}
+	}
 }
 
 // brokerNames refuses names the broker would refuse when they are

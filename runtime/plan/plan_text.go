@@ -103,7 +103,7 @@ func (p *Plan) WriteText(w io.Writer) error {
 			if s.Cron == "" {
 				when = "every " + s.Every.String()
 			}
-			fmt.Fprintf(&b, "  %s: %s (%s) -> %s\n", s.Name, when, s.Timezone, s.Target)
+			fmt.Fprintf(&b, "  %s: %s (%s), missed: %s within %s -> %s\n", s.Name, when, s.Timezone, s.Missed, s.MissedWindow, s.Target)
 		}
 	}
 	if len(p.Plugins) > 0 {
