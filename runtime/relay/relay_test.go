@@ -882,20 +882,29 @@ func jsonNumber(s string) any { return json.Number(s) }
 // records from the store ACEMQ_BENCH_STORE names ("postgres", the default,
 // on ACEMQ_TEST_POSTGRES_URL; or "sqlite", a file under the test's temporary
 // directory), publishes them and marks them published; its rate counts until
-// the last mark. It prints the medians of five rounds, the ratio being the
-// median of the rounds' ratios (each relay run against the raw run just
-// before it):
+// the last mark. Each run moves ACEMQ_BENCH_MESSAGES records (20,000: a
+// run lasts about a second, so that starting and the last mark are a small
+// part of it). It prints the medians of five rounds after a warm-up round
+// that is not counted, the ratio being the median of the rounds' ratios
+// (each relay run against the raw run just before it), with their spread;
+// ACEMQ_BENCH_VERBOSE=1 prints every round:
 //
 //	bench: publish-raw <n> msgs/s
-//	bench: relay <n> msgs/s raw=<n> ratio=<x.xx>
+//	bench: relay <n> msgs/s raw=<n> ratio=<x.xx> spread=<min>–<max>
 func BenchmarkRelay(b *testing.B) {
+	if only := os.Getenv("ACEMQ_BENCH_ONLY"); only != "" && only != "relay" {
+		b.Skip("ACEMQ_BENCH_ONLY=" + only)
+	}
 	url := testenv.AMQP(b)
 	ns := testenv.Names(b)
 	const (
-		n      = 5000
 		rounds = 5
 		window = 256
 	)
+	n := 20000
+	if v, err := strconv.Atoi(os.Getenv("ACEMQ_BENCH_MESSAGES")); err == nil && v > 0 {
+		n = v
+	}
 	ctx := context.Background()
 	conn, err := broker.Open(ctx, url, broker.ConnOptions{Name: ns + "-relay"})
 	if err != nil {
@@ -940,8 +949,8 @@ func BenchmarkRelay(b *testing.B) {
 	}
 
 	var raw, ours []float64
-	for range rounds {
-		raw = append(raw, rawPublish(b, url, ns, q, body, n, window))
+	for round := range rounds + 1 {
+		rawRun := rawPublish(b, url, ns, q, body, n, window)
 		purge()
 		add(recs)
 		var ws *watchedStore
@@ -970,10 +979,16 @@ func BenchmarkRelay(b *testing.B) {
 				b.Fatalf("relay marked %d of %d records within 60s", got, n)
 			}
 		}
-		ours = append(ours, float64(n)/time.Since(start).Seconds())
+		ourRun := float64(n) / time.Since(start).Seconds()
 		cancel()
 		<-done
 		purge()
+		if os.Getenv("ACEMQ_BENCH_VERBOSE") != "" {
+			fmt.Printf("bench: round %d relay %.0f msgs/s raw=%.0f ratio=%.2f warm-up=%v\n", round, ourRun, rawRun, ourRun/rawRun, round == 0)
+		}
+		if round > 0 { // the first round is a warm-up
+			raw, ours = append(raw, rawRun), append(ours, ourRun)
+		}
 	}
 	// Each round's relay run is paired with the raw run just before it:
 	// the machine's speed drifts by more than the difference measured.
