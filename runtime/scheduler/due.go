@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -51,7 +52,7 @@ const (
 // goes back to `.due` (requeued), so nothing is lost.
 //
 // Lifecycle: NewDue allocates and registers the metrics; Run consumes until
-// ctx ends, then drains. Run may be called once.
+// ctx ends or Close is called, then drains. Run may be called once.
 type Due struct {
 	consume, publish *broker.Conn
 	opts             DueOptions
@@ -60,6 +61,8 @@ type Due struct {
 	pub       *broker.Publisher
 	exchanges *broker.ExchangeCache
 	bg        work
+	closed    chan struct{} // closed by Close: Run drains
+	closeOnce sync.Once
 
 	delivered    prometheus.Counter
 	lateness     prometheus.Observer
@@ -83,7 +86,7 @@ func NewDue(consume, publish *broker.Conn, opts DueOptions) (*Due, error) {
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
-	d := &Due{consume: consume, publish: publish, opts: opts, log: opts.Log.With("queue", plan.DueQueue)}
+	d := &Due{consume: consume, publish: publish, opts: opts, log: opts.Log.With("queue", plan.DueQueue), closed: make(chan struct{})}
 	delivered := prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "acemq_delay_delivered_total",
 		Help: "Delayed messages taken from acemq.schedule.due and delivered to their destination.",
@@ -112,10 +115,20 @@ func NewDue(consume, publish *broker.Conn, opts DueOptions) (*Due, error) {
 	return d, nil
 }
 
-// Run consumes `.due` until ctx ends, then drains: no new deliveries, the
-// messages in hand settled up to the drain timeout (those held until due
-// go back to `.due`). It returns nil after a clean shutdown.
+// Run consumes `.due` until ctx ends or Close is called, then drains: no
+// new deliveries, the messages in hand settled up to the drain timeout
+// (those held until due go back to `.due`). It returns nil after a clean
+// shutdown.
 func (d *Due) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-d.closed:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	pub, err := broker.OpenPublisher(ctx, d.publish, broker.PublisherOptions{Log: d.opts.Log, Window: 512})
 	if err != nil {
 		return fmt.Errorf("%s consumer: open a publisher: %w", plan.DueQueue, err)
@@ -138,6 +151,13 @@ func (d *Due) Run(ctx context.Context) error {
 	default:
 		d.log.Info("delay ladder's due consumer drained")
 	}
+	return nil
+}
+
+// Close makes Run drain and return; it does not wait for it. It is
+// idempotent and may be called before Run (which then returns at once).
+func (d *Due) Close() error {
+	d.closeOnce.Do(func() { close(d.closed) })
 	return nil
 }
 

@@ -370,3 +370,31 @@ func metric(t *testing.T, reg *prometheus.Registry, name, label string) float64 
 	}
 	return 0
 }
+
+// TestCloseDrainsRun: Close makes Run drain and return nil, and may be
+// called again.
+func TestCloseDrainsRun(t *testing.T) {
+	e := startLadder(t, 100*time.Millisecond)
+	due, err := scheduler.NewDue(open(t, e.url, "consume 2"), open(t, e.url, "publish 2"), scheduler.DueOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- due.Run(context.Background()) }()
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if n := len(testenv.BrokerConsumers(t, e.url, plan.DueQueue)); n != 2 {
+			return testenv.Errorf("%d consumers on %s, want 2", n, plan.DueQueue)
+		}
+		return nil
+	})
+	_ = due.Close()
+	_ = due.Close()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run after Close = %v, want nil", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return within 10s of Close")
+	}
+}
