@@ -2,6 +2,7 @@ package runtime_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -65,5 +66,32 @@ func TestAStepDelayPassesThroughTheLadder(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("check got no input within 10s")
+	}
+}
+
+// TestTheLadderIsDriftReported: a level that exists with other settings (a
+// classic queue, another TTL) refuses the start, named, as any queue the
+// flows declare: the ladder is declared create-only.
+func TestTheLadderIsDriftReported(t *testing.T) {
+	url := testenv.VHost(t)
+	ch := testenv.ConfirmedChannel(t, url)
+	if _, err := ch.QueueDeclare(plan.LadderQueue(3), true, false, false, false, amqp.Table{"x-queue-type": "classic", "x-message-ttl": int64(5000)}); err != nil {
+		t.Fatal(err)
+	}
+	rt, err := runtime.New(&plan.Plan{}, runtime.Options{AMQPURL: url, Delays: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- rt.Run(t.Context()) }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), plan.LadderQueue(3)) || !strings.Contains(err.Error(), "quorum") {
+			t.Errorf("Run = %v, want a refusal naming %s and its type", err, plan.LadderQueue(3))
+		}
+	case <-rt.Started():
+		t.Fatal("the runtime started over a level of the wrong type")
+	case <-time.After(60 * time.Second):
+		t.Fatal("Run neither failed nor started within 60s")
 	}
 }
