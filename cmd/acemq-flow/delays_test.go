@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/acemq/acemq-flow/runtime"
 	"github.com/acemq/acemq-flow/runtime/ops"
@@ -66,16 +67,26 @@ func TestSendInDelaysAndInspect(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "acemq.schedule.11") || !strings.Contains(out, "amq.topic/later") || !strings.Contains(out, "unroutable: 0") {
 		t.Errorf("delays (text): exit %d\n%s", code, out)
 	}
-	out, _, code = cli(t, "inspect", "acemq.schedule.11", "--amqp", url)
-	if code != 0 || !strings.Contains(out, `delayed: due at `+l11.HeadDueAt+`, for exchange "amq.topic" with key "later"`) {
-		t.Errorf("inspect acemq.schedule.11: exit %d\n%s", code, out)
-	}
+	// What delays read goes back to the level as its channel closes, a
+	// moment after it returns.
+	testenv.Eventually(t, 5*time.Second, func() error {
+		out, _, code := cli(t, "inspect", "acemq.schedule.11", "--amqp", url)
+		if code != 0 || !strings.Contains(out, `delayed: due at `+l11.HeadDueAt+`, for exchange "amq.topic" with key "later"`) {
+			return testenv.Errorf("inspect acemq.schedule.11: exit %d\n%s", code, out)
+		}
+		return nil
+	})
 	// Read, and given back: still there.
 	if _, _, code := cli(t, "delays", "--amqp", url); code != 0 {
 		t.Fatal("delays failed the second time")
 	}
-	out, _, _ = cli(t, "inspect", "acemq.schedule.11", "--limit", "0", "--amqp", url)
-	if !strings.Contains(out, "1 message(s)") {
-		t.Errorf("after delays and inspect, level 11 holds: %s", out)
-	}
+	// The broker takes them back as the commands' channels close, a moment
+	// after they exit.
+	testenv.Eventually(t, 5*time.Second, func() error {
+		out, _, _ := cli(t, "inspect", "acemq.schedule.11", "--limit", "0", "--amqp", url)
+		if !strings.Contains(out, "1 message(s)") {
+			return testenv.Errorf("after delays and inspect, level 11 holds: %s", out)
+		}
+		return nil
+	})
 }

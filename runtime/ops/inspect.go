@@ -121,6 +121,13 @@ func Inspect(ctx context.Context, url, queue string, limit int) (QueueView, erro
 	view.Depth = depth
 	var held []*broker.Delivery
 	defer func() {
+		if isLadderLevel(queue) {
+			// Given back by closing the channel (top.Close), as Delays
+			// does: RabbitMQ 4 counts a nack toward a quorum queue's
+			// delivery limit, which would dead-letter a waiting message to
+			// the next level, early, and not a return on a closed channel.
+			return
+		}
 		for _, d := range held {
 			_ = d.Nack(true) // a failed nack means a closed channel: the broker requeues it too
 		}
@@ -238,4 +245,14 @@ func Preview(body []byte, max int) (string, bool) {
 		b = b[size:]
 	}
 	return sb.String(), cut
+}
+
+// isLadderLevel reports whether queue is one of the delay ladder's levels.
+func isLadderLevel(queue string) bool {
+	for k := range plan.LadderLevels {
+		if queue == plan.LadderQueue(k) {
+			return true
+		}
+	}
+	return false
 }
