@@ -8,8 +8,10 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	goruntime "runtime"
 	"sort"
 	"strings"
+	"sync"
 )
 
 // Options configure Load.
@@ -51,13 +53,13 @@ func LoadWith(fsys fs.FS, opts Options, paths ...string) (*Set, error) {
 	set := &Set{}
 	files, explicit := expand(fsys, paths, opts.Display, d)
 	var flows []*Flow
-	for _, file := range files {
-		f, skipped := loadFile(fsys, file, explicit[file], opts, d)
-		if skipped != "" {
-			set.Notices = append(set.Notices, skipped)
+	for _, r := range loadFiles(fsys, files, explicit, opts) {
+		d.list = append(d.list, r.d.list...)
+		if r.skipped != "" {
+			set.Notices = append(set.Notices, r.skipped)
 		}
-		if f != nil {
-			flows = append(flows, f)
+		if r.f != nil {
+			flows = append(flows, r.f)
 		}
 	}
 	named := paths
@@ -89,6 +91,36 @@ func LoadWith(fsys fs.FS, opts Options, paths ...string) (*Set, error) {
 	}
 	set.Flows = flows
 	return set, nil
+}
+
+// loaded is what loadFile made of one file.
+type loaded struct {
+	f       *Flow
+	skipped string
+	d       diags
+}
+
+// loadFiles loads files, as many at once as there are processors: each
+// file is read, parsed and checked on its own (cross-file rules come
+// after), and most of validate's time is spent so. The results are in the
+// order of files.
+func loadFiles(fsys fs.FS, files []string, explicit map[string]bool, opts Options) []loaded {
+	out := make([]loaded, len(files))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(len(files), goruntime.GOMAXPROCS(0)) {
+		wg.Go(func() {
+			for i := range next {
+				out[i].f, out[i].skipped = loadFile(fsys, files[i], explicit[files[i]], opts, &out[i].d)
+			}
+		})
+	}
+	for i := range files {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return out
 }
 
 // expand turns the paths into the list of files to read.
