@@ -414,3 +414,69 @@ func TestAFolderOfOtherYAMLHasNoFlows(t *testing.T) {
 		t.Fatalf("LoadPaths(a folder of other YAML) = %v, want one no-flows error", err)
 	}
 }
+
+// TestAFolderLoadsInFileOrder loads a folder of many files, some of another
+// format and some invalid, as validate does (several at once): the flows
+// and skip notices come in the order of the files, and every invalid file
+// is named, the same on every load.
+func TestAFolderLoadsInFileOrder(t *testing.T) {
+	fsys := fstest.MapFS{}
+	var wantSkipped, wantBad []string
+	for i := range 40 {
+		name := fmt.Sprintf("flows/f%02d.yaml", i)
+		switch i % 4 {
+		case 1:
+			fsys[name] = &fstest.MapFile{Data: []byte("version: other/v1\n")}
+			wantSkipped = append(wantSkipped, name)
+		case 2:
+			fsys[name] = &fstest.MapFile{Data: []byte(fmt.Sprintf("version: acemq.flow/v1\nname: bad-%d\npipelines: 3\n", i))}
+			wantBad = append(wantBad, name)
+		default:
+			fsys[name] = &fstest.MapFile{Data: []byte(fmt.Sprintf("version: acemq.flow/v1\nname: flow-%02d\nconsumers:\n  - {id: c%d, queue: q%d, handler: p.h}\nplugins:\n  p: {command: ./p}\n", i, i, i))}
+		}
+	}
+	var first string
+	for range 5 {
+		set, err := spec.Load(fsys, "flows")
+		var diags spec.Diagnostics
+		if !errors.As(err, &diags) {
+			t.Fatalf("err = %v, want the diagnostics of %d invalid files", err, len(wantBad))
+		}
+		var skipped []string
+		for _, n := range set.Notices {
+			skipped = append(skipped, strings.SplitN(n, ":", 2)[0])
+		}
+		if !slices.Equal(skipped, wantSkipped) {
+			t.Errorf("skip notices name %q, want %q in that order", skipped, wantSkipped)
+		}
+		named := map[string]bool{}
+		for _, d := range diags {
+			named[d.Pos.File] = true
+		}
+		for _, f := range wantBad {
+			if !named[f] {
+				t.Errorf("no diagnostic names %s", f)
+			}
+		}
+		if first == "" {
+			first = diags.Error()
+		} else if diags.Error() != first {
+			t.Errorf("the diagnostics differ from one load to the next:\n%s\nthen\n%s", first, diags.Error())
+		}
+	}
+	// Without the invalid files, the flows come in file order.
+	for _, f := range wantBad {
+		delete(fsys, f)
+	}
+	set, err := spec.Load(fsys, "flows")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, f := range set.Flows {
+		names = append(names, f.Name)
+	}
+	if !slices.IsSorted(names) || len(names) != 20 {
+		t.Errorf("flows = %q, want the 20 valid ones in file order", names)
+	}
+}
