@@ -17,6 +17,10 @@ type Purged struct {
 	// stopped.
 	Ticks int64
 
+	// Sagas is the acemq_sagas rows deleted: instances that ended
+	// (completed, compensated or unresolved) before PublishedBefore.
+	Sagas int64
+
 	// PublishedBefore is the outbox cut-off: the store's clock when the
 	// purge began, less Options.PublishedRetention.
 	PublishedBefore time.Time

@@ -32,9 +32,8 @@ func (e *SchemaError) Error() string {
 }
 
 // Set is what every backend provides behind one store URL: the idempotency
-// store, the relay side of the outbox and the schedule ticks, plus schema
-// management. The
-// outbox write side depends on the backend's transaction type; get it from
+// store, the relay side of the outbox, the schedule ticks and the saga
+// instances, plus schema management. The outbox write side depends on the backend's transaction type; get it from
 // the concrete store (postgres.Store.Outbox, sqlite.Store.Outbox,
 // memory.Store.Outbox). Package stores/storeurl opens a Set from a store
 // URL.
@@ -48,6 +47,7 @@ type Set interface {
 	Idempotency
 	OutboxRelay
 	ScheduleTicks
+	Sagas
 
 	// Migrate applies the backend's embedded migrations that are not yet
 	// recorded in acemq_migrations. Concurrent Migrate calls are safe.
@@ -61,8 +61,9 @@ type Set interface {
 	// claims and confirmations older than Options.Retention (PurgeExpired),
 	// then outbox records published more than Options.PublishedRetention
 	// ago (PurgePublished), then schedule ticks claimed before that same
-	// cut-off but each schedule's latest (PurgeTicks); pending and stuck
-	// records stay. Nothing else calls those three: without a Purge on a
+	// cut-off but each schedule's latest (PurgeTicks), then saga instances
+	// that ended before it (PurgeSagas); pending and stuck records, and
+	// instances not ended, stay. Nothing else calls those three: without a Purge on a
 	// schedule (hourly is plenty: `acemq-flow purge`, or runtime.RunPurges
 	// beside the consumers) the tables grow for ever. It deletes in
 	// batches, each a short transaction of its own (stores/README.md). Each

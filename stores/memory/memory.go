@@ -27,7 +27,8 @@ type Store struct {
 	token  stores.Token
 	outbox map[int64]*stores.OutboxRecord
 	nextID int64
-	ticks  map[string]map[int64]struct{} // schedule → claimed ticks, unix milliseconds
+	ticks  map[string]map[int64]struct{}  // schedule → claimed ticks, unix milliseconds
+	sagas  map[string]stores.SagaInstance // instance id → instance, deep copies
 }
 
 var _ stores.Set = (*Store)(nil)
@@ -51,6 +52,7 @@ func Open(opts stores.Options) (*Store, error) {
 		claims: make(map[string]*claim),
 		outbox: make(map[int64]*stores.OutboxRecord),
 		ticks:  make(map[string]map[int64]struct{}),
+		sagas:  make(map[string]stores.SagaInstance),
 	}, nil
 }
 
@@ -72,7 +74,7 @@ func (s *Store) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
-	s.claims, s.outbox, s.ticks = nil, nil, nil
+	s.claims, s.outbox, s.ticks, s.sagas = nil, nil, nil, nil
 	return nil
 }
 

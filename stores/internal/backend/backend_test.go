@@ -63,6 +63,11 @@ func (f *fakePurger) PurgeTicks(_ context.Context, before time.Time) (int64, err
 	return f.ticks, f.errTicks
 }
 
+func (f *fakePurger) PurgeSagas(context.Context, time.Time) (int64, error) {
+	f.calls = append(f.calls, "sagas")
+	return 0, nil
+}
+
 func (f *fakePurger) PurgeExpired(context.Context) (int64, error) {
 	f.calls = append(f.calls, "expired")
 	return f.expired, f.errExpired
@@ -94,8 +99,8 @@ func TestPurgeRunsEveryPurgeEvenWhenOneFails(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := tc.f
 			p, err := Purge(t.Context(), &f, now, time.Hour)
-			if !slices.Equal(f.calls, []string{"expired", "published", "ticks"}) {
-				t.Errorf("Purge called %v, want the three purges in order", f.calls)
+			if !slices.Equal(f.calls, []string{"expired", "published", "ticks", "sagas"}) {
+				t.Errorf("Purge called %v, want the four purges in order", f.calls)
 			}
 			if p.Expired != f.expired || p.Published != f.published || p.Ticks != f.ticks {
 				t.Errorf("Purge counted %d expired, %d published and %d ticks, want %d, %d and %d", p.Expired, p.Published, p.Ticks, f.expired, f.published, f.ticks)

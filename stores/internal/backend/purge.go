@@ -61,17 +61,20 @@ type purger interface {
 	PurgeExpired(ctx context.Context) (int64, error)
 	PurgePublished(ctx context.Context, before time.Time) (int64, error)
 	PurgeTicks(ctx context.Context, before time.Time) (int64, error)
+	PurgeSagas(ctx context.Context, before time.Time) (int64, error)
 }
 
 // Purge is every backend's Set.Purge: PurgeExpired, then PurgePublished of
 // the records published before now less retention, then PurgeTicks of the
-// ticks claimed before that, each even when the one before failed (a lock on
+// ticks claimed before that, then PurgeSagas of the instances ended before
+// that, each even when the one before failed (a lock on
 // one table must not keep the others growing).
 func Purge(ctx context.Context, s purger, now time.Time, retention time.Duration) (stores.Purged, error) {
 	p := stores.Purged{PublishedBefore: now.Add(-retention)}
-	var errExpired, errPublished, errTicks error
+	var errExpired, errPublished, errTicks, errSagas error
 	p.Expired, errExpired = s.PurgeExpired(ctx)
 	p.Published, errPublished = s.PurgePublished(ctx, p.PublishedBefore)
 	p.Ticks, errTicks = s.PurgeTicks(ctx, p.PublishedBefore)
-	return p, errors.Join(errExpired, errPublished, errTicks)
+	p.Sagas, errSagas = s.PurgeSagas(ctx, p.PublishedBefore)
+	return p, errors.Join(errExpired, errPublished, errTicks, errSagas)
 }
