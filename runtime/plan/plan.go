@@ -186,6 +186,11 @@ type Saga struct {
 	Input string     `json:"input,omitempty"`
 	Steps []SagaStep `json:"steps"`
 	At    spec.Pos   `json:"-"`
+	// Spec is the saga as loaded, with its steps' compiled `when`
+	// conditions, and File the flow that declares it (its types). Both are
+	// nil in a plan read back from JSON.
+	Spec *spec.Saga `json:"-"`
+	File *spec.Flow `json:"-"`
 }
 
 // SagaStep is one saga step.
@@ -570,7 +575,7 @@ func (c *compiler) consumer(f *spec.Flow, cs *spec.Consumer) {
 }
 
 func (c *compiler) saga(f *spec.Flow, s *spec.Saga) {
-	sp := Saga{Name: s.Name, Flow: f.Name, Input: s.Input, At: s.Pos}
+	sp := Saga{Name: s.Name, Flow: f.Name, Input: s.Input, At: s.Pos, Spec: s, File: f}
 	c.exchange(Exchange{Name: SagaExchange(s.Name), Type: "direct", Mode: Declare, Purpose: "saga " + s.Name, At: s.Pos, Apply: f.Topology.Apply})
 	for _, st := range s.Steps {
 		q := SagaStepQueue(s.Name, st.Name)
