@@ -340,7 +340,7 @@ func (g *group) setPrefetch(n int) error {
 func (g *group) handle(ctx context.Context, bd *broker.Delivery) {
 	g.inflight.Add(1)
 	g.mInflight.Inc()
-	d := &delivery{in: decide.InboundOf(wire.Message(&bd.Delivery))}
+	d := &delivery{in: decide.InboundOf(wire.Message(&bd.Delivery)), received: time.Now()}
 	dec := g.step(ctx, d)
 	g.carryOut(ctx, bd, d.in, dec, d.ticket)
 }

@@ -32,6 +32,14 @@ type Request struct {
 	Handler  string // "<plugin>.<handler>"
 	Envelope decide.Envelope
 	Payload  []byte
+	// Queue is the queue the message was consumed from, ReceivedAt when
+	// the runtime received the delivery.
+	Queue      string
+	ReceivedAt time.Time
+	// Compensate is true for a saga step's compensation; StepOutput is
+	// then what the compensated step returned (nil otherwise).
+	Compensate bool
+	StepOutput []byte
 }
 
 // Options configure a Runtime. Settings of the deployment are options,
@@ -696,7 +704,10 @@ func (r *Runtime) callerFor(c *plan.Consumer) (func(ctx context.Context, req Req
 			}
 			found.Store(caller)
 		}
-		res, err := caller.Call(ctx, host.Request{Handler: handler, Payload: req.Payload, Envelope: hostEnvelope(req.Envelope)})
+		env := hostEnvelope(req.Envelope)
+		env.Queue, env.ReceivedAt = req.Queue, req.ReceivedAt
+		res, err := caller.Call(ctx, host.Request{Handler: handler, Payload: req.Payload, Envelope: env,
+			Compensate: req.Compensate, StepOutput: req.StepOutput})
 		if err != nil {
 			if host.IsFatal(err) {
 				return decide.Result{}, fmt.Errorf("%w: %w", decide.ErrFatal, err)

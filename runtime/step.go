@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"time"
 
 	"github.com/acemq/acemq-flow/runtime/decide"
 )
@@ -18,8 +19,9 @@ import (
 
 // delivery is one delivery on its way through the step.
 type delivery struct {
-	in     decide.Inbound
-	ticket *Ticket // the claim the gate took, to confirm or release once settled
+	in       decide.Inbound
+	received time.Time // when the group took the delivery, for the handler's request
+	ticket   *Ticket   // the claim the gate took, to confirm or release once settled
 }
 
 // stepFunc decides what happens to one delivery.

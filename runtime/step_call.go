@@ -21,7 +21,7 @@ func (g *group) callStep() stepFunc {
 		}
 		in := d.in
 		start := time.Now()
-		res, err := g.call(cctx, Request{Handler: g.c.Handler, Envelope: in.Env, Payload: in.Body})
+		res, err := g.call(cctx, Request{Handler: g.c.Handler, Envelope: in.Env, Payload: in.Body, Queue: g.c.Queue, ReceivedAt: d.received})
 		end := time.Now()
 		g.mDuration.Observe(end.Sub(start).Seconds())
 		if err != nil && g.log.Enabled(ctx, slog.LevelDebug) {

@@ -24,6 +24,7 @@ func requestToProto(callID uint64, r Request, timeout time.Duration) *proto.Hand
 		Envelope:   envelopeToProto(r.Envelope),
 		Payload:    r.Payload,
 		TimeoutMs:  ms,
+		StepOutput: r.StepOutput,
 	}
 }
 
@@ -40,9 +41,13 @@ func envelopeToProto(e Envelope) *proto.Envelope {
 		Origin:        text(e.Origin),
 		Attempt:       int32(e.Attempt),
 		Headers:       textMap(e.Headers),
+		Queue:         text(e.Queue),
 	}
 	if !e.FirstSeen.IsZero() {
 		m.FirstSeen = timestamppb.New(e.FirstSeen)
+	}
+	if !e.ReceivedAt.IsZero() {
+		m.ReceivedAt = timestamppb.New(e.ReceivedAt)
 	}
 	return m
 }

@@ -32,6 +32,7 @@ func wire(t *testing.T, m, out gproto.Message) {
 func TestRequestToProto(t *testing.T) {
 	firstSeen := time.Date(2026, 9, 9, 14, 3, 11, 123456789, time.UTC)
 	cet := time.Date(2026, 1, 2, 3, 4, 5, 0, time.FixedZone("CET", 3600))
+	received := time.Date(2026, 9, 9, 14, 3, 12, 5000, time.UTC)
 	// Every call is sent with id 7 and 1.5ms left: timeout_ms 2, rounded up.
 	tests := []struct {
 		name string
@@ -41,20 +42,31 @@ func TestRequestToProto(t *testing.T) {
 		{name: "an empty request", req: Request{},
 			want: &proto.HandleRequest{CallId: 7, TimeoutMs: 2, Envelope: &proto.Envelope{}}},
 		{name: "a full envelope", req: Request{
-			Handler: "reserve", Compensate: true, Payload: []byte(`{"a":1}`),
+			Handler: "reserve", Payload: []byte(`{"a":1}`),
 			Envelope: Envelope{
 				MessageID: "m-2", Type: "Order", CorrelationID: "c-1", CausationID: "m-1", Origin: "shop",
 				Attempt: 4, FirstSeen: firstSeen,
 				Headers: map[string]string{"tenant": "acme", "x-trace": "t"},
+				Queue:   "fulfilment.reserve", ReceivedAt: received,
 			},
 		}, want: &proto.HandleRequest{
-			CallId: 7, TimeoutMs: 2, Handler: "reserve", Compensate: true, Payload: []byte(`{"a":1}`),
+			CallId: 7, TimeoutMs: 2, Handler: "reserve", Payload: []byte(`{"a":1}`),
 			Envelope: &proto.Envelope{
 				MessageId: "m-2", Type: "Order", CorrelationId: "c-1", CausationId: "m-1", Origin: "shop",
 				Attempt: 4, FirstSeen: timestamppb.New(firstSeen),
 				Headers: map[string]string{"tenant": "acme", "x-trace": "t"},
+				Queue:   "fulfilment.reserve", ReceivedAt: timestamppb.New(received),
 			},
 		}},
+		{name: "a compensation carries what its step returned", req: Request{
+			Handler: "refund", Compensate: true, Payload: []byte(`{"order":"o-1"}`), StepOutput: []byte(`{"payment":"p-1"}`),
+			Envelope: Envelope{MessageID: "m-3", Queue: "place-order.take-payment.compensate"},
+		}, want: &proto.HandleRequest{
+			CallId: 7, TimeoutMs: 2, Handler: "refund", Compensate: true, Payload: []byte(`{"order":"o-1"}`), StepOutput: []byte(`{"payment":"p-1"}`),
+			Envelope: &proto.Envelope{MessageId: "m-3", Queue: "place-order.take-payment.compensate"},
+		}},
+		{name: "a queue name that is not UTF-8 is sent as text", req: Request{Envelope: Envelope{Queue: "q\xff"}},
+			want: &proto.HandleRequest{CallId: 7, TimeoutMs: 2, Envelope: &proto.Envelope{Queue: "q\uFFFD"}}},
 		{name: "a first-seen time in another zone", req: Request{Envelope: Envelope{FirstSeen: cet}},
 			want: &proto.HandleRequest{CallId: 7, TimeoutMs: 2, Envelope: &proto.Envelope{
 				FirstSeen: &timestamppb.Timestamp{Seconds: cet.Unix()},

@@ -78,11 +78,14 @@ type Request struct {
 	// Handler is the handler's name inside the plugin ("reserve" for
 	// "stock.reserve").
 	Handler string
-	// Compensate will be true when a saga is undoing a completed step;
-	// the runtime does not run sagas yet, so today it is always false.
+	// Compensate is true when the call is a saga step's compensation
+	// (undoing a completed step); StepOutput is then what that step's
+	// handler returned, as the saga recorded it (nil when it returned
+	// nothing). StepOutput is nil for every other call.
 	Compensate bool
 	Envelope   Envelope
 	Payload    []byte
+	StepOutput []byte
 }
 
 // Envelope is what the runtime knows about a message beside its payload
@@ -97,6 +100,10 @@ type Envelope struct {
 	Attempt   int
 	FirstSeen time.Time
 	Headers   map[string]string
+	// Queue is the queue the message was consumed from ("" for a call
+	// with no queue), ReceivedAt when the runtime received the delivery.
+	Queue      string
+	ReceivedAt time.Time
 }
 
 // Result is a handler's answer when it did not fail.

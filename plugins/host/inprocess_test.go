@@ -100,6 +100,7 @@ func TestInProcessRoundTrip(t *testing.T) {
 	env := Envelope{
 		MessageID: "m-1", Type: "Order", CorrelationID: "c-1", CausationID: "m-0", Origin: "shop",
 		Attempt: 3, FirstSeen: time.Date(2026, 9, 9, 14, 3, 11, 500, time.UTC), Headers: map[string]string{"tenant": "acme"},
+		Queue: "place-order.take-payment.compensate", ReceivedAt: time.Date(2026, 9, 9, 14, 3, 12, 700, time.UTC),
 	}
 	tests := []struct {
 		name      string
@@ -139,16 +140,17 @@ func TestInProcessRoundTrip(t *testing.T) {
 	}
 
 	t.Run("the handler sees the request exactly as sent", func(t *testing.T) {
-		if _, err := p.Call(t.Context(), Request{Handler: "raw", Compensate: true, Envelope: env, Payload: []byte("body")}); err != nil {
+		if _, err := p.Call(t.Context(), Request{Handler: "raw", Compensate: true, Envelope: env, Payload: []byte("body"), StepOutput: []byte(`{"payment":"p-1"}`)}); err != nil {
 			t.Fatal(err)
 		}
 		got := <-seen
 		e := got.Envelope
-		if got.Handler != "raw" || !got.Compensate || string(got.Payload) != "body" ||
+		if got.Handler != "raw" || !got.Compensate || string(got.Payload) != "body" || string(got.StepOutput) != `{"payment":"p-1"}` ||
+			e.Queue != env.Queue || !e.ReceivedAt.Equal(env.ReceivedAt) ||
 			e.MessageID != env.MessageID || e.Type != env.Type || e.CorrelationID != env.CorrelationID ||
 			e.CausationID != env.CausationID || e.Origin != env.Origin || e.Attempt != env.Attempt ||
 			!e.FirstSeen.Equal(env.FirstSeen) || !maps.Equal(e.Headers, env.Headers) {
-			t.Fatalf("handler saw %+v, want handler raw, compensate, payload body and envelope %+v", got, env)
+			t.Fatalf("handler saw %+v, want handler raw, compensate, payload body, the step's output and envelope %+v", got, env)
 		}
 	})
 }

@@ -54,16 +54,28 @@ func TestPythonPlugin(t *testing.T) {
 	// The plugin ignores the call socket it is offered: calls go over gRPC.
 	assertCalls(t, p, "grpc")
 	hs := p.Handlers()
-	if len(hs) != 1 || hs[0].Name != "echo" {
-		t.Fatalf("Handlers() = %+v, want [echo]", hs)
+	if len(hs) != 2 || hs[0].Name != "echo" || hs[1].Name != "undo" {
+		t.Fatalf("Handlers() = %+v, want [echo undo]", hs)
 	}
 	payload := []byte(`{"order_id":"o-1","total":12.5}`)
 	res, err := p.Call(t.Context(), Request{Handler: "echo", Envelope: Envelope{MessageID: "m-1", Attempt: 1}, Payload: payload})
 	if err != nil || res.Stop || string(res.Payload) != string(payload) {
 		t.Fatalf("Call(echo) = {Stop:%v Payload:%q}, %v; want the payload back", res.Stop, res.Payload, err)
 	}
-	_, err = p.Call(t.Context(), Request{Handler: "nope", Payload: payload})
+	// A compensation reads what its own step returned, and every handler
+	// the queue and the time of receipt.
+	received := time.Date(2026, 9, 9, 14, 3, 12, 250000000, time.UTC)
+	res, err = p.Call(t.Context(), Request{Handler: "undo", Compensate: true, Payload: payload, StepOutput: []byte(`{"payment":"p-1"}`),
+		Envelope: Envelope{MessageID: "m-2", Attempt: 1, Queue: "place-order.take-payment.compensate", ReceivedAt: received}})
+	want := `{"undid": {"payment": "p-1"}, "input": {"order_id": "o-1", "total": 12.5}, "queue": "place-order.take-payment.compensate", "received_at": "2026-09-09T14:03:12.250000+00:00"}`
+	if err != nil || string(res.Payload) != want {
+		t.Fatalf("Call(undo) = %q, %v; want %s", res.Payload, err, want)
+	}
 	var ce *CallError
+	if _, err := p.Call(t.Context(), Request{Handler: "undo", Payload: payload}); !errors.As(err, &ce) || !ce.Fatal {
+		t.Fatalf("Call(undo) as a step: error = %v, want a fatal *CallError", err)
+	}
+	_, err = p.Call(t.Context(), Request{Handler: "nope", Payload: payload})
 	if !errors.As(err, &ce) || !ce.Fatal {
 		t.Fatalf("Call(nope) error = %v, want a fatal *CallError", err)
 	}

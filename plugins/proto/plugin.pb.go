@@ -290,14 +290,19 @@ type HandleRequest struct {
 	CallId uint64 `protobuf:"varint,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
 	// The handler name, without the plugin prefix ("reserve", not "stock.reserve").
 	Handler string `protobuf:"bytes,2,opt,name=handler,proto3" json:"handler,omitempty"`
-	// True when the step is compensating (a saga undoing a completed step).
+	// True when the call is a saga step's compensation (undoing a completed
+	// step); step_output then holds what that step returned.
 	Compensate bool      `protobuf:"varint,3,opt,name=compensate,proto3" json:"compensate,omitempty"`
 	Envelope   *Envelope `protobuf:"bytes,4,opt,name=envelope,proto3" json:"envelope,omitempty"`
 	// The message body, as received (JSON for flows with declared types).
 	Payload []byte `protobuf:"bytes,5,opt,name=payload,proto3" json:"payload,omitempty"`
 	// How long the host waits for the answer, in milliseconds; the plugin
 	// cancels the handler's context after it. 0 means no limit.
-	TimeoutMs     int64 `protobuf:"varint,6,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	TimeoutMs int64 `protobuf:"varint,6,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	// For a compensation: the payload the compensated step's handler
+	// returned, as the saga recorded it (empty when it returned none). Unset
+	// for every other call; plugins written before it ignore it.
+	StepOutput    []byte `protobuf:"bytes,7,opt,name=step_output,json=stepOutput,proto3" json:"step_output,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -374,6 +379,13 @@ func (x *HandleRequest) GetTimeoutMs() int64 {
 	return 0
 }
 
+func (x *HandleRequest) GetStepOutput() []byte {
+	if x != nil {
+		return x.StepOutput
+	}
+	return nil
+}
+
 // Envelope is what the runtime knows about the message beside its payload
 // (FLOW-FORMAT.md §2).
 type Envelope struct {
@@ -387,7 +399,13 @@ type Envelope struct {
 	Attempt   int32                  `protobuf:"varint,6,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	FirstSeen *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=first_seen,json=firstSeen,proto3" json:"first_seen,omitempty"`
 	// Application headers of the AMQP message, as text.
-	Headers       map[string]string `protobuf:"bytes,8,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Headers map[string]string `protobuf:"bytes,8,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The queue the message was consumed from. Empty from a host that does
+	// not set it (before the field existed) or for a call with no queue.
+	Queue string `protobuf:"bytes,9,opt,name=queue,proto3" json:"queue,omitempty"`
+	// When the runtime received the delivery (its clock), before any claim
+	// or retry decision. Unset from a host that does not set it.
+	ReceivedAt    *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=received_at,json=receivedAt,proto3" json:"received_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -474,6 +492,20 @@ func (x *Envelope) GetFirstSeen() *timestamppb.Timestamp {
 func (x *Envelope) GetHeaders() map[string]string {
 	if x != nil {
 		return x.Headers
+	}
+	return nil
+}
+
+func (x *Envelope) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *Envelope) GetReceivedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ReceivedAt
 	}
 	return nil
 }
@@ -747,7 +779,7 @@ const file_plugin_proto_rawDesc = "" +
 	"\x05calls\x18\x01 \x03(\v2\x1e.acemq.plugin.v1.HandleRequestR\x05calls\x12\x16\n" +
 	"\x06cancel\x18\x02 \x03(\x04R\x06cancel\"H\n" +
 	"\vResultBatch\x129\n" +
-	"\aresults\x18\x01 \x03(\v2\x1f.acemq.plugin.v1.HandleResponseR\aresults\"\xd2\x01\n" +
+	"\aresults\x18\x01 \x03(\v2\x1f.acemq.plugin.v1.HandleResponseR\aresults\"\xf3\x01\n" +
 	"\rHandleRequest\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\x04R\x06callId\x12\x18\n" +
 	"\ahandler\x18\x02 \x01(\tR\ahandler\x12\x1e\n" +
@@ -757,7 +789,9 @@ const file_plugin_proto_rawDesc = "" +
 	"\benvelope\x18\x04 \x01(\v2\x19.acemq.plugin.v1.EnvelopeR\benvelope\x12\x18\n" +
 	"\apayload\x18\x05 \x01(\fR\apayload\x12\x1d\n" +
 	"\n" +
-	"timeout_ms\x18\x06 \x01(\x03R\ttimeoutMs\"\xf2\x02\n" +
+	"timeout_ms\x18\x06 \x01(\x03R\ttimeoutMs\x12\x1f\n" +
+	"\vstep_output\x18\a \x01(\fR\n" +
+	"stepOutput\"\xc5\x03\n" +
 	"\bEnvelope\x12\x1d\n" +
 	"\n" +
 	"message_id\x18\x01 \x01(\tR\tmessageId\x12\x12\n" +
@@ -768,7 +802,11 @@ const file_plugin_proto_rawDesc = "" +
 	"\aattempt\x18\x06 \x01(\x05R\aattempt\x129\n" +
 	"\n" +
 	"first_seen\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tfirstSeen\x12@\n" +
-	"\aheaders\x18\b \x03(\v2&.acemq.plugin.v1.Envelope.HeadersEntryR\aheaders\x1a:\n" +
+	"\aheaders\x18\b \x03(\v2&.acemq.plugin.v1.Envelope.HeadersEntryR\aheaders\x12\x14\n" +
+	"\x05queue\x18\t \x01(\tR\x05queue\x12;\n" +
+	"\vreceived_at\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"receivedAt\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xca\x01\n" +
@@ -823,18 +861,19 @@ var file_plugin_proto_depIdxs = []int32{
 	6,  // 3: acemq.plugin.v1.HandleRequest.envelope:type_name -> acemq.plugin.v1.Envelope
 	12, // 4: acemq.plugin.v1.Envelope.first_seen:type_name -> google.protobuf.Timestamp
 	11, // 5: acemq.plugin.v1.Envelope.headers:type_name -> acemq.plugin.v1.Envelope.HeadersEntry
-	8,  // 6: acemq.plugin.v1.HandleResponse.output:type_name -> acemq.plugin.v1.Output
-	9,  // 7: acemq.plugin.v1.HandleResponse.stop:type_name -> acemq.plugin.v1.Stop
-	10, // 8: acemq.plugin.v1.HandleResponse.failure:type_name -> acemq.plugin.v1.Failure
-	0,  // 9: acemq.plugin.v1.Plugin.Describe:input_type -> acemq.plugin.v1.DescribeRequest
-	3,  // 10: acemq.plugin.v1.Plugin.Calls:input_type -> acemq.plugin.v1.CallBatch
-	1,  // 11: acemq.plugin.v1.Plugin.Describe:output_type -> acemq.plugin.v1.DescribeResponse
-	4,  // 12: acemq.plugin.v1.Plugin.Calls:output_type -> acemq.plugin.v1.ResultBatch
-	11, // [11:13] is the sub-list for method output_type
-	9,  // [9:11] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	12, // 6: acemq.plugin.v1.Envelope.received_at:type_name -> google.protobuf.Timestamp
+	8,  // 7: acemq.plugin.v1.HandleResponse.output:type_name -> acemq.plugin.v1.Output
+	9,  // 8: acemq.plugin.v1.HandleResponse.stop:type_name -> acemq.plugin.v1.Stop
+	10, // 9: acemq.plugin.v1.HandleResponse.failure:type_name -> acemq.plugin.v1.Failure
+	0,  // 10: acemq.plugin.v1.Plugin.Describe:input_type -> acemq.plugin.v1.DescribeRequest
+	3,  // 11: acemq.plugin.v1.Plugin.Calls:input_type -> acemq.plugin.v1.CallBatch
+	1,  // 12: acemq.plugin.v1.Plugin.Describe:output_type -> acemq.plugin.v1.DescribeResponse
+	4,  // 13: acemq.plugin.v1.Plugin.Calls:output_type -> acemq.plugin.v1.ResultBatch
+	12, // [12:14] is the sub-list for method output_type
+	10, // [10:12] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_plugin_proto_init() }

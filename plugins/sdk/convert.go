@@ -14,6 +14,7 @@ func requestFromProto(m *proto.HandleRequest) *Request {
 		Compensate: m.GetCompensate(),
 		Envelope:   envelopeFromProto(m.GetEnvelope()),
 		Payload:    m.GetPayload(),
+		StepOutput: m.GetStepOutput(),
 	}
 }
 
@@ -26,9 +27,13 @@ func envelopeFromProto(m *proto.Envelope) Envelope {
 		Origin:        m.GetOrigin(),
 		Attempt:       int(m.GetAttempt()),
 		Headers:       m.GetHeaders(),
+		Queue:         m.GetQueue(),
 	}
 	if ts := m.GetFirstSeen(); ts != nil {
 		e.FirstSeen = ts.AsTime()
+	}
+	if ts := m.GetReceivedAt(); ts != nil {
+		e.ReceivedAt = ts.AsTime()
 	}
 	if len(e.Headers) == 0 {
 		e.Headers = nil

@@ -32,6 +32,7 @@ func wire(t *testing.T, m, out gproto.Message) {
 
 func TestRequestFromProto(t *testing.T) {
 	firstSeen := time.Date(2026, 9, 9, 14, 3, 11, 123456789, time.UTC)
+	received := firstSeen.Add(1500 * time.Millisecond)
 	tests := []struct {
 		name string
 		m    *proto.HandleRequest
@@ -39,17 +40,26 @@ func TestRequestFromProto(t *testing.T) {
 	}{
 		{name: "an empty request", m: &proto.HandleRequest{}, want: Request{}},
 		{name: "a full envelope", m: &proto.HandleRequest{
-			CallId: 9, Handler: "reserve", Compensate: true, Payload: []byte(`{"a":1}`), TimeoutMs: 1000,
+			CallId: 9, Handler: "reserve", Payload: []byte(`{"a":1}`), TimeoutMs: 1000,
 			Envelope: &proto.Envelope{
 				MessageId: "m-2", Type: "Order", CorrelationId: "c-1", CausationId: "m-1", Origin: "shop",
 				Attempt: 4, FirstSeen: timestamppb.New(firstSeen), Headers: map[string]string{"tenant": "acme"},
+				Queue: "fulfilment.reserve", ReceivedAt: timestamppb.New(received),
 			},
 		}, want: Request{
-			Handler: "reserve", Compensate: true, Payload: []byte(`{"a":1}`),
+			Handler: "reserve", Payload: []byte(`{"a":1}`),
 			Envelope: Envelope{
 				MessageID: "m-2", Type: "Order", CorrelationID: "c-1", CausationID: "m-1", Origin: "shop",
 				Attempt: 4, FirstSeen: firstSeen, Headers: map[string]string{"tenant": "acme"},
+				Queue: "fulfilment.reserve", ReceivedAt: received,
 			},
+		}},
+		{name: "a compensation with what its step returned", m: &proto.HandleRequest{
+			Handler: "refund", Compensate: true, Payload: []byte(`{"order":"o-1"}`), StepOutput: []byte(`{"payment":"p-1"}`),
+			Envelope: &proto.Envelope{MessageId: "m-3", Queue: "place-order.take-payment.compensate"},
+		}, want: Request{
+			Handler: "refund", Compensate: true, Payload: []byte(`{"order":"o-1"}`), StepOutput: []byte(`{"payment":"p-1"}`),
+			Envelope: Envelope{MessageID: "m-3", Queue: "place-order.take-payment.compensate"},
 		}},
 		{name: "a binary payload", m: &proto.HandleRequest{Handler: "h", Payload: []byte{0, 255}},
 			want: Request{Handler: "h", Payload: []byte{0, 255}}},
@@ -61,6 +71,7 @@ func TestRequestFromProto(t *testing.T) {
 			got := requestFromProto(&m)
 			ea, eb := got.Envelope, tc.want.Envelope
 			if got.Handler != tc.want.Handler || got.Compensate != tc.want.Compensate || !bytes.Equal(got.Payload, tc.want.Payload) ||
+				!bytes.Equal(got.StepOutput, tc.want.StepOutput) || ea.Queue != eb.Queue || !ea.ReceivedAt.Equal(eb.ReceivedAt) ||
 				ea.MessageID != eb.MessageID || ea.Type != eb.Type || ea.CorrelationID != eb.CorrelationID ||
 				ea.CausationID != eb.CausationID || ea.Origin != eb.Origin || ea.Attempt != eb.Attempt ||
 				!ea.FirstSeen.Equal(eb.FirstSeen) || !maps.Equal(ea.Headers, eb.Headers) {

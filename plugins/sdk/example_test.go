@@ -27,7 +27,20 @@ func ExampleServe() {
 	sdk.Serve(map[string]sdk.Handler{
 		"reserve": sdk.Typed(reserve),
 		"release": {Func: release},
+		"unhold":  sdk.TypedCompensation(unhold),
 	})
+}
+
+// unhold undoes a reservation as a saga compensation: it gets the saga's
+// input and what its own step (reserve) returned. The envelope says which
+// queue the message came from and when the runtime received it.
+func unhold(ctx context.Context, env sdk.Envelope, in Order, held Reservation) error {
+	if held.OrderID == "" {
+		return nil // the step returned nothing: nothing to undo
+	}
+	_ = env.Queue      // "place-order.reserve-stock.compensate"
+	_ = env.ReceivedAt // when the runtime received it
+	return nil
 }
 
 func reserve(ctx context.Context, env sdk.Envelope, in Order) (Reservation, error) {

@@ -14,14 +14,21 @@ import (
 type Request struct {
 	// Handler is the name the host called, without the plugin prefix.
 	Handler string
-	// Compensate will be true when a saga is undoing a completed step;
-	// the runtime does not run sagas yet, so today it is always false.
+	// Compensate is true when the call is a saga step's compensation: the
+	// saga is undoing a step that completed. Payload is then the saga's
+	// input, as for every step, and StepOutput what that step's handler
+	// returned.
 	Compensate bool
 	// Envelope describes the message beside its payload.
 	Envelope Envelope
 	// Payload is the message body as received, JSON for typed flows. The
 	// handler owns it and may keep it.
 	Payload []byte
+	// StepOutput is, for a compensation, the payload the compensated step
+	// returned, as the saga recorded it (nil when it returned nothing); nil
+	// for every other call. The handler owns it. TypedCompensation decodes
+	// it.
+	StepOutput []byte
 }
 
 // Envelope is what the runtime knows about a message beside its payload
@@ -40,6 +47,12 @@ type Envelope struct {
 	FirstSeen time.Time
 	// Headers are the message's application headers, as text.
 	Headers map[string]string
+	// Queue is the queue the message was consumed from ("" when the host
+	// did not say: a runtime older than this field).
+	Queue string
+	// ReceivedAt is when the runtime received the delivery, on its clock
+	// (zero when the host did not say).
+	ReceivedAt time.Time
 }
 
 // Result is what a handler returns when it produces an output. A nil
@@ -111,6 +124,37 @@ func Typed[In, Out any](fn func(ctx context.Context, env Envelope, in In) (Out, 
 				return nil, Fatal(fmt.Errorf("output does not encode as JSON: %w", err))
 			}
 			return &Result{Payload: b}, nil
+		},
+	}
+}
+
+// TypedCompensation adapts a saga compensation on the author's own types
+// to a Handler: in is decoded from the payload (the saga's input, as every
+// step gets it) and step from Request.StepOutput, what the compensated step
+// returned (left the zero value when it returned nothing). A compensation
+// returns nothing; its output type is "none". A payload or step output
+// that does not decode is a fatal failure, and a call that is not a
+// compensation (Request.Compensate false) is refused as fatal: the handler
+// is bound to a step rather than to its compensate.
+func TypedCompensation[In, Step any](fn func(ctx context.Context, env Envelope, in In, step Step) error) Handler {
+	return Handler{
+		InputType:  typeName[In](),
+		OutputType: "none",
+		Func: func(ctx context.Context, req *Request) (*Result, error) {
+			if !req.Compensate {
+				return nil, Fatal(fmt.Errorf("handler %q is a compensation and was called as a step: bind it to a saga step's compensate", req.Handler))
+			}
+			var in In
+			if err := decode(req.Payload, &in); err != nil {
+				return nil, Fatal(fmt.Errorf("payload does not decode as %s: %w", describeType[In](), err))
+			}
+			var step Step
+			if len(req.StepOutput) > 0 {
+				if err := decode(req.StepOutput, &step); err != nil {
+					return nil, Fatal(fmt.Errorf("the step's output does not decode as %s: %w", describeType[Step](), err))
+				}
+			}
+			return nil, fn(ctx, req.Envelope, in, step)
 		},
 	}
 }

@@ -61,6 +61,40 @@ func TestTypedCodec(t *testing.T) {
 	}
 }
 
+func TestTypedCompensationGetsWhatItsStepReturned(t *testing.T) {
+	var gotIn Order
+	var gotStep Reservation
+	var gotQueue string
+	release := TypedCompensation(func(_ context.Context, env Envelope, in Order, step Reservation) error {
+		gotIn, gotStep, gotQueue = in, step, env.Queue
+		if step.OrderID == "fail" {
+			return errors.New("warehouse closed")
+		}
+		return nil
+	})
+	if release.InputType != "Order" || release.OutputType != "none" {
+		t.Fatalf("TypedCompensation types = %q → %q, want Order → none", release.InputType, release.OutputType)
+	}
+	res, err := release.Func(t.Context(), &Request{Compensate: true, Payload: []byte(`{"id":"o-1"}`),
+		StepOutput: []byte(`{"order_id":"r-1"}`), Envelope: Envelope{Queue: "place-order.reserve-stock.compensate"}})
+	if err != nil || res != nil || gotIn.ID != "o-1" || gotStep.OrderID != "r-1" || gotQueue != "place-order.reserve-stock.compensate" {
+		t.Fatalf("release = %v, %v with in %+v step %+v queue %q; want nothing returned, the input, the step's output and the queue", res, err, gotIn, gotStep, gotQueue)
+	}
+	gotStep = Reservation{OrderID: "stale"}
+	if _, err := release.Func(t.Context(), &Request{Compensate: true, Payload: []byte(`{"id":"o-2"}`)}); err != nil || gotStep.OrderID != "" {
+		t.Fatalf("release without a step output = %v, step %+v; want the zero value", err, gotStep)
+	}
+	if _, err := release.Func(t.Context(), &Request{Compensate: true, Payload: []byte(`{}`), StepOutput: []byte(`{"order_id":"fail"}`)}); err == nil || IsFatal(err) {
+		t.Fatalf("a failing compensation = %v, want its error, retryable", err)
+	}
+	if _, err := release.Func(t.Context(), &Request{Compensate: true, Payload: []byte(`{}`), StepOutput: []byte(`[1]`)}); !IsFatal(err) || !strings.Contains(err.Error(), "step's output does not decode as sdk.Reservation") {
+		t.Fatalf("a step output that does not decode = %v, want fatal naming the type", err)
+	}
+	if _, err := release.Func(t.Context(), &Request{Handler: "release", Payload: []byte(`{}`)}); !IsFatal(err) || !strings.Contains(err.Error(), "called as a step") {
+		t.Fatalf("a compensation called as a step = %v, want fatal", err)
+	}
+}
+
 func TestNewServerRejectsBadHandlers(t *testing.T) {
 	_, err := NewServer(map[string]Handler{"": {Func: func(context.Context, *Request) (*Result, error) { return nil, nil }}, "x.y": {}, "nofunc": {}})
 	if err == nil {

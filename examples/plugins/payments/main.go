@@ -21,7 +21,7 @@ import (
 func main() {
 	sdk.Serve(map[string]sdk.Handler{
 		"charge":  sdk.Typed(charge),
-		"refund":  sdk.Typed(refund),
+		"refund":  sdk.TypedCompensation(refund),
 		"invoice": sdk.Typed(invoice),
 	})
 }
@@ -89,16 +89,18 @@ func charge(ctx context.Context, env sdk.Envelope, o Order) (Order, error) {
 	return o, nil
 }
 
-// refund undoes charge when the place-order saga is compensated. The refund
-// is a new fact, not an erasure: the customer sees a charge and a refund.
-func refund(ctx context.Context, env sdk.Envelope, o Order) (sdk.None, error) {
-	id := o.PaymentID
+// refund undoes charge when the place-order saga is compensated: it gets
+// the saga's input and what charge returned (the order with its payment
+// id). The refund is a new fact, not an erasure: the customer sees a charge
+// and a refund.
+func refund(ctx context.Context, env sdk.Envelope, o Order, charged Order) error {
+	id := charged.PaymentID
 	if id == "" {
 		id = paymentID(o.OrderID)
 	}
 	log.InfoContext(ctx, "payment refunded", "order_id", o.OrderID, "payment_id", id,
-		"amount", o.Total, "currency", o.Currency, "correlation_id", env.CorrelationID)
-	return sdk.None{}, nil
+		"amount", o.Total, "currency", o.Currency, "correlation_id", env.CorrelationID, "queue", env.Queue)
+	return nil
 }
 
 // invoice runs the invoices for orders paid since the given time: for the

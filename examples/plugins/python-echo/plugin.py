@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""An acemq-flow plugin in Python: serves the handler "echo" (returns its input).
+"""An acemq-flow plugin in Python: serves the handlers "echo" (returns its input)
+and "undo" (a saga compensation: it reads what its own step returned).
 
 It speaks the protocol plugins/README.md documents, without the Go SDK:
   1. check the magic cookie and the protocol version the host offers;
@@ -55,7 +56,26 @@ def echo(req):
     return req.payload
 
 
-HANDLERS = {"echo": ("", "", echo)}
+def undo(req):
+    """A saga step's compensation. req.payload is the saga's input, as every
+    step gets it; req.step_output is what the compensated step returned (empty
+    when it returned nothing). The envelope says which queue the message came
+    from and when the runtime received it (both unset from a runtime older than
+    those fields). The runtime ignores what a compensation returns; this one
+    returns what it saw, so that a test can read it back."""
+    if not req.compensate:
+        raise Fatal("undo is a compensation: bind it to a saga step's compensate, not its handler")
+    step = json.loads(req.step_output) if req.step_output else None
+    env = req.envelope
+    received = None
+    if env.HasField("received_at"):
+        received = env.received_at.ToDatetime(tzinfo=datetime.timezone.utc).isoformat()
+    log("info", "undoing", step_output=step, queue=env.queue, message_id=env.message_id)
+    return json.dumps({"undid": step, "input": json.loads(req.payload or b"null"),
+                       "queue": env.queue, "received_at": received}).encode()
+
+
+HANDLERS = {"echo": ("", "", echo), "undo": ("", "", undo)}
 
 
 def describe(_request, _context):
