@@ -1,8 +1,10 @@
 // Package stores defines what acemq-flow keeps in a database: the
 // idempotency store (claims and confirmations, keyed by message), the
 // transactional outbox (messages written in a caller's transaction and
-// published later by a relay) and the schedule ticks (which tick of which
-// schedule fired, written with the firing's outbox record). It knows keys, payload bytes, claims and
+// published later by a relay), the schedule ticks (which tick of which
+// schedule fired, written with the firing's outbox record) and the saga
+// instances (each instance's state and steps, written with a version
+// check). It knows keys, payload bytes, claims and
 // states; it does not know what flows, steps or consumers are, and it never
 // imports spec or runtime. It holds the interfaces and their types only: the
 // backends import stores, never the reverse, and stores/storeurl, which
@@ -39,15 +41,21 @@
 //     `outbox list [--stuck]` uses ListPending and ListStuck.
 //  6. The schedule loop of every runtime replica calls ClaimTick for each
 //     tick, and LastTick at start (ScheduleTicks).
-//  7. On a schedule (hourly): Set.Purge deletes expired claims, old
+//  7. The saga wrapper around a saga step's call uses the Sagas methods:
+//     CreateSaga for the message that starts an instance, GetSaga and
+//     AdvanceSaga (presenting the version read) for every other;
+//     `acemq-flow sagas` uses GetSaga and ListSagas.
+//  8. On a schedule (hourly): Set.Purge deletes expired claims, old
 //     confirmations, records published more than
 //     Options.PublishedRetention ago and ticks claimed before that but each
-//     schedule's latest; nothing else deletes them.
-//  8. Close.
+//     schedule's latest, and saga instances that ended before that;
+//     nothing else deletes them.
+//  9. Close.
 //
 // The protocols — who calls what when, and what each error means — are
-// stated on Idempotency and OutboxRelay. In short: a duplicate claim is an
-// answer (AlreadyConfirmed or InProgress), never an error; every error that
+// stated on Idempotency, OutboxRelay, ScheduleTicks and Sagas. In short: a
+// duplicate claim is an answer (AlreadyConfirmed or InProgress), never an
+// error; every error that
 // is not a *StaleClaimError or *LeaseLostError is a failure of the store
 // and decides nothing; InProgress is never a duplicate.
 //

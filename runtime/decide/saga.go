@@ -143,7 +143,10 @@ func SagaStart(s *plan.Saga, c *plan.Consumer, in Inbound, now time.Time) SagaTr
 // step is completed. It returns nil when the handler should run. A message
 // for an instance that has moved past it (a redelivery, a republish after a
 // crash, a step's message arriving after the timeout) is a duplicate:
-// acknowledged, nothing run. A message for no instance (inst nil: a store
+// acknowledged, nothing run; when the instance is exactly where this
+// message's handling left it (its write made, its delivery not
+// acknowledged), the duplicate sends again what that handling sent, with
+// the same id. A message for no instance (inst nil: a store
 // deleted or purged, a foreign publisher's id), or for another saga's, is
 // dead-lettered with that reason, never dropped.
 func SagaAccept(s *plan.Saga, c *plan.Consumer, inst *SagaInstance, in Inbound, now time.Time) *SagaTransition {
@@ -168,8 +171,74 @@ func SagaAccept(s *plan.Saga, c *plan.Consumer, inst *SagaInstance, in Inbound, 
 	if inst.State == want && inst.Step == i && inst.Steps[i].State == state {
 		return nil
 	}
-	return &SagaTransition{Outcome: OutcomeDuplicate,
+	t := &SagaTransition{Outcome: OutcomeDuplicate,
 		Reason: fmt.Sprintf("saga %q instance %q is %s at step %q (step %q %s): this message was handled before", s.Name, inst.ID, inst.State, stepAt(*inst), c.Step, inst.Steps[i].State)}
+	if sagaCausedByStep(*inst, i, isCompensation(s, c)) {
+		// The instance is where this message's handling put it: the write
+		// was made, but the delivery was not acknowledged (a crash between
+		// the write and the publish, or before the acknowledgement). What
+		// the write sent may never have gone out: send it again, with the
+		// same id, so that the instance does not wait for ever.
+		t.Publish = sagaWaitingFor(s, *inst, in.Env.MessageID, now)
+		if len(t.Publish) > 0 {
+			t.Reason += "; what its handling sent is sent again, in case it was lost"
+		}
+	}
+	return t
+}
+
+// sagaCausedByStep reports whether instance inst is where the handling of
+// step i's message (or, with compensation, its compensation's) left it,
+// rather than further on: nothing was recorded after it.
+func sagaCausedByStep(inst SagaInstance, i int, compensation bool) bool {
+	undone := func(st SagaStepRecord) bool {
+		return st.State == SagaStepCompensated || st.State == SagaStepCompensationFailed
+	}
+	// Whether no step in (lo, hi) moved on after step i's handling.
+	untouchedBetween := func(lo, hi int, forward bool) bool {
+		for m := lo + 1; m < hi; m++ {
+			st := inst.Steps[m]
+			if forward && st.State != SagaStepSkipped {
+				return false
+			}
+			if !forward && undone(st) {
+				return false
+			}
+		}
+		return true
+	}
+	st := inst.Steps[i]
+	switch {
+	case !compensation && st.State == SagaStepCompleted && (inst.State == SagaRunning || inst.State == SagaCompleted):
+		end := inst.Step
+		if inst.State == SagaCompleted {
+			end = len(inst.Steps)
+		}
+		return end > i && untouchedBetween(i, end, true)
+	case !compensation && st.State == SagaStepFailed, compensation && undone(st):
+		switch inst.State {
+		case SagaCompensating:
+			return inst.Step < i && untouchedBetween(inst.Step, i, false)
+		case SagaCompensated, SagaUnresolved:
+			return untouchedBetween(-1, i, false)
+		}
+	}
+	return false
+}
+
+// sagaWaitingFor is what instance inst waits for now, as the transition
+// that put it there sent it: the current step's message, the current
+// compensation's, or, once ended, the reply.
+func sagaWaitingFor(s *plan.Saga, inst SagaInstance, causation string, now time.Time) []Publish {
+	switch {
+	case inst.State == SagaRunning:
+		return []Publish{{Message: sagaMessage(s, inst, inst.Step, false, causation, now)}}
+	case inst.State == SagaCompensating:
+		return []Publish{{Message: sagaMessage(s, inst, inst.Step, true, causation, now)}}
+	case inst.ReplyTo != "":
+		return []Publish{SagaReply(inst, causation, now)}
+	}
+	return nil
 }
 
 // SagaStepSucceeded records that the step inst is running returned output

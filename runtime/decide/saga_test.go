@@ -295,7 +295,7 @@ func TestSagaStartRefusesAnInvalidInput(t *testing.T) {
 func TestSagaAccept(t *testing.T) {
 	p := sagaPlan(t)
 	s := sagaOf(t, p, "place-order")
-	start := InboundOf(Message{MessageID: "m-1", Body: []byte(`{"id":"o-1","items":[1]}`)})
+	start := InboundOf(Message{MessageID: "m-1", ReplyTo: "reply-q", Body: []byte(`{"id":"o-1","items":[1]}`)})
 	running := SagaStart(s, sagaConsumer(s.Name, "take-payment", false), start, now).Instance
 	atStock := SagaStepSucceeded(s, running, nil, 1, "d", now).Instance
 	compensating := SagaStepFailedForGood(s, atStock, 1, "x", "d", now).Instance
@@ -305,22 +305,25 @@ func TestSagaAccept(t *testing.T) {
 	msg := func(id string) Inbound {
 		return InboundOf(Message{MessageID: "d-9", Headers: Table{plan.HeaderSagaID: id}, Body: []byte(`{}`)})
 	}
+	atCourier := SagaStepSucceeded(s, atStock, nil, 1, "d", now).Instance
 	cases := []struct {
 		name    string
 		c       *plan.Consumer
 		inst    *SagaInstance
 		outcome string // "" for run
 		reason  string
+		resend  []string // what a duplicate sends again
 	}{
-		{"the running step's message runs", sagaConsumer(s.Name, "take-payment", false), &running, "", ""},
-		{"a step's message after the instance moved past it is a duplicate", sagaConsumer(s.Name, "take-payment", false), &atStock, OutcomeDuplicate, "handled before"},
-		{"a later step's message before its turn is a duplicate", sagaConsumer(s.Name, "book-courier", false), &atStock, OutcomeDuplicate, "handled before"},
-		{"a step's message while compensating is a duplicate", sagaConsumer(s.Name, "reserve-stock", false), &compensating, OutcomeDuplicate, "compensating"},
-		{"the compensation the instance waits for runs", sagaConsumer(s.Name, "take-payment", true), &compensating, "", ""},
-		{"a compensation already done is a duplicate", sagaConsumer(s.Name, "take-payment", true), &done, OutcomeDuplicate, "compensated"},
-		{"a compensation while the instance runs is a duplicate", sagaConsumer(s.Name, "take-payment", true), &running, OutcomeDuplicate, "running"},
-		{"a message for no instance is dead-lettered with that reason", sagaConsumer(s.Name, "take-payment", false), nil, OutcomeDeadLettered, `no instance "m-1" in the store`},
-		{"a message for another saga's instance is dead-lettered", sagaConsumer(s.Name, "take-payment", false), &other, OutcomeDeadLettered, `belongs to saga "email-first"`},
+		{"the running step's message runs", sagaConsumer(s.Name, "take-payment", false), &running, "", "", nil},
+		{"a step's message redelivered after its write is a duplicate that sends the next step's message again", sagaConsumer(s.Name, "take-payment", false), &atStock, OutcomeDuplicate, "sent again", []string{"reserve-stock"}},
+		{"a step's message two steps behind is a duplicate that sends nothing", sagaConsumer(s.Name, "take-payment", false), &atCourier, OutcomeDuplicate, "handled before", nil},
+		{"a later step's message before its turn is a duplicate that sends nothing", sagaConsumer(s.Name, "book-courier", false), &atStock, OutcomeDuplicate, "handled before", nil},
+		{"a failed step's message redelivered is a duplicate that sends the first compensation again", sagaConsumer(s.Name, "reserve-stock", false), &compensating, OutcomeDuplicate, "compensating", []string{"take-payment.compensate"}},
+		{"the compensation the instance waits for runs", sagaConsumer(s.Name, "take-payment", true), &compensating, "", "", nil},
+		{"the last compensation redelivered after its write is a duplicate that sends the reply again", sagaConsumer(s.Name, "take-payment", true), &done, OutcomeDuplicate, "compensated", []string{"reply:compensated"}},
+		{"a compensation while the instance runs is a duplicate that sends nothing", sagaConsumer(s.Name, "take-payment", true), &running, OutcomeDuplicate, "running", nil},
+		{"a message for no instance is dead-lettered with that reason", sagaConsumer(s.Name, "take-payment", false), nil, OutcomeDeadLettered, `no instance "m-1" in the store`, nil},
+		{"a message for another saga's instance is dead-lettered", sagaConsumer(s.Name, "take-payment", false), &other, OutcomeDeadLettered, `belongs to saga "email-first"`, nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -334,8 +337,16 @@ func TestSagaAccept(t *testing.T) {
 			if got == nil || got.Outcome != tc.outcome || got.Write || !strings.Contains(got.Reason, tc.reason) {
 				t.Fatalf("SagaAccept = %+v, want %s, nothing written, the reason saying %q", got, tc.outcome, tc.reason)
 			}
-			if tc.outcome == OutcomeDuplicate && len(got.Publish) != 0 {
-				t.Errorf("a duplicate published %v, want nothing", sent(*got))
+			if tc.outcome == OutcomeDuplicate {
+				if d := sent(*got); !slices.Equal(d, tc.resend) {
+					t.Errorf("a duplicate sent %v, want %v", d, tc.resend)
+				}
+				// What it sends again is what the write sent: the same id.
+				for _, p := range got.Publish {
+					if id := HeaderText(p.Headers[plan.HeaderSagaStep]); id != "" && p.MessageID != DerivedMessageID(plan.SagaExchange(s.Name)+"."+p.RoutingKey, "m-1") {
+						t.Errorf("the message sent again has id %q, not the one derived for %s", p.MessageID, p.RoutingKey)
+					}
+				}
 			}
 			if tc.outcome == OutcomeDeadLettered {
 				if d := sent(*got); !slices.Equal(d, []string{"dlq:" + plan.DeadLetterQueue(tc.c.Queue)}) {
