@@ -4,8 +4,8 @@
 // published later by a relay), the schedule ticks (which tick of which
 // schedule fired, written with the firing's outbox record) and the saga
 // instances (each instance's state and steps, written with a version
-// check). It knows keys, payload bytes, claims and
-// states; it does not know what flows, steps or consumers are, and it never
+// check). It knows keys, payload bytes, claims and states; it does not
+// know what flows, steps or consumers are, and it never
 // imports spec or runtime. It holds the interfaces and their types only: the
 // backends import stores, never the reverse, and stores/storeurl, which
 // imports them all, opens the one a store URL names.
@@ -55,9 +55,9 @@
 // The protocols — who calls what when, and what each error means — are
 // stated on Idempotency, OutboxRelay, ScheduleTicks and Sagas. In short: a
 // duplicate claim is an answer (AlreadyConfirmed or InProgress), never an
-// error; every error that
-// is not a *StaleClaimError or *LeaseLostError is a failure of the store
-// and decides nothing; InProgress is never a duplicate.
+// error; every error that is not a *StaleClaimError, *LeaseLostError or
+// *StaleSagaError is a failure of the store and decides nothing;
+// InProgress is never a duplicate.
 //
 // # Concurrency
 //
