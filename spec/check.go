@@ -300,9 +300,17 @@ func (c *fileChecker) pipeline(p *Pipeline) {
 			c.d.errorf(s.DelayPos, "delay-first-step", "remove the delay: a message reaches the first step when it is sent",
 				"the first step %q cannot have a delay: nothing finished before it", s.Name)
 		}
+		if s.Delay > MaxDelay {
+			c.d.errorf(s.DelayPos, "delay-too-long", fmt.Sprintf("use at most %s", MaxDelay),
+				"step %q has a delay of %s, longer than the delay ladder holds (2^28 - 1 s, about 8.5 years)", s.Name, s.Delay)
+		}
 		prevOut, prevName, prevKnown = s.Output, s.Name, true
 	}
 }
+
+// MaxDelay is the longest step delay: what the broker's delay ladder holds
+// (FLOW-FORMAT §4: 28 levels of 1 s × 2^k, so 2^28 - 1 s, about 8.5 years).
+const MaxDelay = (1<<28 - 1) * time.Second
 
 func orAny(t string) string {
 	if t == "" {

@@ -148,8 +148,10 @@ type Pipeline struct {
 // Step is one stage of a pipeline. Input is the previous step's Output (or
 // the pipeline's Input for the first step); Output "none" means the step
 // returns nothing. Empty Input or Output means any JSON value, unchecked.
-// Delay is checked here, but the runtime does not run delays yet:
-// runtime.New refuses a plan with a delayed step.
+// Delay is how long after the previous step finished its output is
+// delivered to this step, through the broker's delay ladder (FLOW-FORMAT
+// §4): rounded up to whole seconds, never early, at most MaxDelay; not on a
+// pipeline's first step.
 type Step struct {
 	Pos
 	Name        string        `yaml:"name"`
