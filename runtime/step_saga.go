@@ -1,0 +1,159 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/acemq/acemq-flow/runtime/decide"
+	"github.com/acemq/acemq-flow/runtime/plan"
+	"github.com/acemq/acemq-flow/stores"
+)
+
+// The saga wrapper takes the place of the plain call for a saga step's or
+// compensation's consumer (FLOW-FORMAT §5): it reads the instance the
+// delivery belongs to (creating it for the message that starts it), asks
+// decide whether the delivery is the one the instance waits for, calls the
+// handler, and writes what decide makes of the outcome with the version it
+// read, before the decision's messages are published and the delivery
+// acknowledged (write, then publish, with a version check). A crash after
+// the write and before the publish is healed by the redelivery: decide
+// sends again what the write sent, with the same id.
+//
+// It is not yet part of a group's chain: the plan has no consumers for
+// saga steps and `run` refuses sagas (Supported).
+
+// sagaStore is what the saga wrapper needs of the store.
+type sagaStore interface {
+	CreateSaga(ctx context.Context, inst stores.SagaInstance) (stores.SagaInstance, bool, error)
+	GetSaga(ctx context.Context, id string) (stores.SagaInstance, bool, error)
+	AdvanceSaga(ctx context.Context, inst stores.SagaInstance) (stores.SagaInstance, error)
+}
+
+// sagaCall is the saga wrapper of one consumer: c consumes a step's queue
+// or its compensation's queue of saga.
+type sagaCall struct {
+	saga  *plan.Saga
+	c     *plan.Consumer
+	store sagaStore
+	call  func(ctx context.Context, req Request) (decide.Result, error)
+	now   func() time.Time
+}
+
+// sagaStaleTries bounds how often one delivery reads the instance again
+// after a write refused as stale; each read decides anew, and the second is
+// almost always a duplicate.
+const sagaStaleTries = 3
+
+// step decides what one delivery to the saga consumer does.
+func (sc *sagaCall) step(ctx context.Context, d *delivery) decide.Decision {
+	in := d.in
+	id, start := decide.SagaInstanceID(in)
+	compensation := sc.c.Queue == plan.CompensateQueue(sc.saga.Name, sc.c.Step)
+	for range sagaStaleTries {
+		now := sc.now()
+		rec, ok, err := sc.store.GetSaga(ctx, id)
+		if err != nil {
+			return sc.storeFailed(in, err, now)
+		}
+		if !ok && start && !compensation {
+			t := decide.SagaStart(sc.saga, sc.c, in, now)
+			if !t.Write {
+				return t.Decision() // dead-lettered: nothing created
+			}
+			stored, created, err := sc.store.CreateSaga(ctx, sagaToStore(t.Instance))
+			if err != nil {
+				return sc.storeFailed(in, err, now)
+			}
+			if created && !t.Run {
+				return t.Decision()
+			}
+			// Created here to run on this delivery, or created by another
+			// delivery of the same message: decide on what is stored.
+			rec, ok = stored, true
+		}
+		var inst *decide.SagaInstance
+		if ok {
+			i := sagaFromStore(rec)
+			inst = &i
+		}
+		if t := decide.SagaAccept(sc.saga, sc.c, inst, in, now); t != nil {
+			return t.Decision()
+		}
+
+		req := Request{Handler: sc.c.Handler, Envelope: in.Env, Payload: in.Body, Queue: sc.c.Queue, ReceivedAt: d.received,
+			Compensate: compensation}
+		if compensation {
+			req.StepOutput = inst.Steps[inst.Step].Output
+		}
+		res, callErr := sc.call(ctx, req)
+		end := sc.now()
+		var t decide.SagaTransition
+		switch {
+		case callErr == nil && compensation:
+			t = decide.SagaCompensationDone(sc.saga, *inst, in.Env.Attempt, in.Env.MessageID, end)
+		case callErr == nil:
+			out := res.Payload
+			if res.Stop {
+				out = nil
+			}
+			t = decide.SagaStepSucceeded(sc.saga, *inst, out, in.Env.Attempt, in.Env.MessageID, end)
+		default:
+			reason := callErr.Error()
+			if !errors.Is(callErr, decide.ErrFatal) {
+				if _, more := sc.c.Retry.RungFor(in.Env.Attempt); more {
+					return decide.Retry(sc.c, in, callErr, end, rand.Float64())
+				}
+				reason = fmt.Sprintf("attempt %d of %d failed: %v", in.Env.Attempt, sc.c.Retry.MaxAttempts, callErr)
+			}
+			if compensation {
+				t = decide.SagaCompensationFailed(sc.saga, *inst, in.Env.Attempt, reason, in.Env.MessageID, end)
+			} else {
+				t = decide.SagaStepFailedForGood(sc.saga, *inst, in.Env.Attempt, reason, in.Env.MessageID, end)
+			}
+		}
+		next := sagaToStore(t.Instance)
+		next.Version = rec.Version
+		if _, err := sc.store.AdvanceSaga(ctx, next); err != nil {
+			if errors.Is(err, stores.ErrStaleSaga) {
+				continue // another delivery moved the instance: decide anew
+			}
+			// The outcome is not recorded: the delivery comes round again
+			// and the handler runs again (handlers are safe to run twice).
+			return sc.storeFailed(in, err, end)
+		}
+		return t.Decision()
+	}
+	return sc.storeFailed(in, fmt.Errorf("saga %q instance %q: written by others %d times while this delivery was handled", sc.saga.Name, id, sagaStaleTries), sc.now())
+}
+
+// storeFailed retries a delivery whose instance could not be read or
+// written: a failure of the store decides nothing.
+func (sc *sagaCall) storeFailed(in decide.Inbound, err error, now time.Time) decide.Decision {
+	return decide.Retry(sc.c, in, fmt.Errorf("saga store: %w", err), now, rand.Float64())
+}
+
+// sagaToStore is inst as the store keeps it (version left 0: the caller
+// sets the one it read).
+func sagaToStore(inst decide.SagaInstance) stores.SagaInstance {
+	out := stores.SagaInstance{Saga: inst.Saga, ID: inst.ID, State: stores.SagaState(inst.State), Step: inst.Step,
+		Input: inst.Input, ReplyTo: inst.ReplyTo, CorrelationID: inst.CorrelationID, StartedAt: inst.StartedAt, EndedAt: inst.EndedAt}
+	for _, st := range inst.Steps {
+		out.Steps = append(out.Steps, stores.SagaStep{Name: st.Name, State: stores.SagaStepState(st.State), Attempts: st.Attempts,
+			Output: st.Output, CompletedAt: st.CompletedAt, CompensatedAt: st.CompensatedAt, Error: st.Error})
+	}
+	return out
+}
+
+// sagaFromStore is the stored instance as decide sees it.
+func sagaFromStore(rec stores.SagaInstance) decide.SagaInstance {
+	out := decide.SagaInstance{Saga: rec.Saga, ID: rec.ID, State: string(rec.State), Step: rec.Step,
+		Input: rec.Input, ReplyTo: rec.ReplyTo, CorrelationID: rec.CorrelationID, StartedAt: rec.StartedAt, EndedAt: rec.EndedAt}
+	for _, st := range rec.Steps {
+		out.Steps = append(out.Steps, decide.SagaStepRecord{Name: st.Name, State: string(st.State), Attempts: st.Attempts,
+			Output: st.Output, CompletedAt: st.CompletedAt, CompensatedAt: st.CompensatedAt, Error: st.Error})
+	}
+	return out
+}
