@@ -18,6 +18,7 @@ import (
 	"github.com/acemq/acemq-flow/runtime/broker"
 	"github.com/acemq/acemq-flow/runtime/decide"
 	"github.com/acemq/acemq-flow/runtime/plan"
+	"github.com/acemq/acemq-flow/runtime/scheduler"
 	"github.com/acemq/acemq-flow/spec"
 	"github.com/acemq/acemq-flow/stores"
 )
@@ -70,6 +71,11 @@ type Options struct {
 	// LadderUnit is for tests only: what one second of the ladder is (a
 	// whole number of milliseconds; see plan.Ladder). 0 is the real 1 s.
 	LadderUnit time.Duration
+	// Schedules is the store the plan's schedules claim their ticks in,
+	// writing each firing to its outbox; required when the plan has
+	// schedules. The caller runs the outbox relay on it (runtime/relay;
+	// `acemq-flow run` does whenever the flows have schedules).
+	Schedules stores.ScheduleTicks
 }
 
 // Runtime runs a Plan: it connects, declares the topology, starts the
@@ -103,6 +109,8 @@ type Runtime struct {
 
 	ladder  *decide.Ladder                // nil unless the runtime declares the delay ladder and consumes .due
 	delayed map[delayTarget]time.Duration // steps with a delay, by where their input is published
+
+	schedules *scheduler.Schedules // nil without schedules (schedules.go)
 
 	groups   map[string]*group       // by consumer id; fixed once Run has started them
 	order    []string                // consumer ids, sorted
@@ -147,20 +155,22 @@ func New(pl *plan.Plan, opts Options) (*Runtime, error) {
 	}
 	r.delayed = delayedSteps(pl)
 	r.owned = ownedExchanges(r.plan)
+	sch, err := newSchedules(r.plan, opts, r.metrics)
+	if err != nil {
+		return nil, err
+	}
+	r.schedules = sch
 	return r, nil
 }
 
 // Supported returns an error wrapping plan.ErrUnsupported, naming each
 // feature and its position, when pl uses parts of the format this runtime
-// does not run yet (sagas, schedules), and nil otherwise.
+// does not run yet (sagas), and nil otherwise.
 // New calls it; the CLI calls it first too, before opening anything.
 func Supported(pl *plan.Plan) error {
 	var unsupported []string
 	for _, s := range pl.Sagas {
 		unsupported = append(unsupported, fmt.Sprintf("%s: saga %q (sagas are %s)", s.At, s.Name, plan.ErrUnsupported))
-	}
-	for _, s := range pl.Schedules {
-		unsupported = append(unsupported, fmt.Sprintf("%s: schedule %q (schedules are %s)", s.At, s.Name, plan.ErrUnsupported))
 	}
 	if len(unsupported) > 0 {
 		return fmt.Errorf("%w; remove these or run them elsewhere:\n  %s", plan.ErrUnsupported, strings.Join(unsupported, "\n  "))
@@ -236,6 +246,14 @@ func (r *Runtime) Run(ctx context.Context) (err error) {
 		}
 	}
 	if err := r.startDue(ctx); err != nil {
+		r.stop()
+		for _, id := range r.order {
+			r.groups[id].shutdown()
+		}
+		r.wg.Wait()
+		return err
+	}
+	if err := r.startSchedules(ctx); err != nil {
 		r.stop()
 		for _, id := range r.order {
 			r.groups[id].shutdown()

@@ -14,6 +14,7 @@ import (
 	"github.com/acemq/acemq-flow/runtime/admin"
 	"github.com/acemq/acemq-flow/runtime/relay"
 	"github.com/acemq/acemq-flow/stores"
+	"github.com/acemq/acemq-flow/stores/storeurl"
 )
 
 // envOr returns the environment variable's value, or def.
@@ -101,6 +102,16 @@ ACEMQ_MANAGEMENT_URL (--management).`,
 				// that send --in to any running flow is delivered.
 				Delays: true}
 			var set stores.Set
+			if len(pl.Schedules) > 0 {
+				// Ticks kept in memory fire again in every replica and after
+				// every restart (FLOW-FORMAT §4).
+				if backend, _ := storeurl.Backend(storeURL); backend == "memory" {
+					return failed("the flows have schedules, which need a store every replica shares to fire each tick once; memory: keeps nothing beyond this process; use --store sqlite:PATH for one runtime or postgres://… for several")
+				}
+				// A claimed tick is in the outbox: it must not wait for a
+				// relay nobody started.
+				withRelay = true
+			}
 			if needsStore(pl) || withRelay {
 				var err error
 				set, err = openStoreWith(cmd.Context(), storeURL, stores.Options{ClaimTimeout: claimTimeout, PublishedRetention: published}, createSchema)
@@ -108,7 +119,7 @@ ACEMQ_MANAGEMENT_URL (--management).`,
 					return failed("%v", err)
 				}
 				defer set.Close()
-				opts.Store = set
+				opts.Store, opts.Schedules = set, set
 				log.Info("store opened", "store", redactStore(storeURL))
 			}
 			rt, err := runtime.New(pl, opts)
@@ -177,7 +188,7 @@ ACEMQ_MANAGEMENT_URL (--management).`,
 	f.DurationVar(&purgeEvery, "purge-every", time.Hour, "how often the store's expired claims and old published outbox records are deleted (0: never; acemq-flow purge does it once)")
 	f.DurationVar(&published, "published-retention", stores.DefaultPublishedRetention, "how long published outbox records are kept before a purge deletes them")
 	f.StringVar(&management, "management", envOr("ACEMQ_MANAGEMENT_URL", ""), "the broker's management API, where topology checks read queues and exchanges (env ACEMQ_MANAGEMENT_URL; default: http://<amqp host>:15672 with the --amqp user; off to keep away)")
-	f.BoolVar(&withRelay, "relay", false, "also run the outbox relay on --store")
+	f.BoolVar(&withRelay, "relay", false, "also run the outbox relay on --store (always on when the flows have schedules: it publishes their firings)")
 	f.BoolVar(&createSchema, "create-schema", false, "create the store's tables if missing (development only; otherwise run acemq-flow migrate)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&logFormat, "log-format", "text", "text or json")
