@@ -15,6 +15,7 @@ import (
 
 	"github.com/acemq/acemq-flow/runtime/broker"
 	"github.com/acemq/acemq-flow/runtime/decide"
+	"github.com/acemq/acemq-flow/runtime/internal/work"
 	"github.com/acemq/acemq-flow/runtime/plan"
 	"github.com/acemq/acemq-flow/runtime/wire"
 	"github.com/acemq/acemq-flow/stores"
@@ -61,7 +62,7 @@ type group struct {
 	mDuration prometheus.Observer
 	mMessages map[string]prometheus.Counter
 	mDead     prometheus.Counter
-	bg        work // follow-up work started from confirm callbacks
+	bg        work.Work // follow-up work started from confirm callbacks
 
 	mu       sync.Mutex // guards the fields below; held across start/stop/scale
 	state    string

@@ -12,6 +12,7 @@ import (
 
 	"github.com/acemq/acemq-flow/runtime/broker"
 	"github.com/acemq/acemq-flow/runtime/decide"
+	"github.com/acemq/acemq-flow/runtime/internal/work"
 	"github.com/acemq/acemq-flow/runtime/plan"
 	"github.com/acemq/acemq-flow/runtime/wire"
 )
@@ -60,7 +61,7 @@ type Due struct {
 
 	pub       *broker.Publisher
 	exchanges *broker.ExchangeCache
-	bg        work
+	bg        work.Work
 	closed    chan struct{} // closed by Close: Run drains
 	closeOnce sync.Once
 

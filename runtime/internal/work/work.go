@@ -1,21 +1,23 @@
-package scheduler
+// Package work counts goroutines started for follow-up work, so that the
+// engine's groups and the scheduler's .due consumer can wait for them.
+package work
 
 import "sync"
 
-// work counts goroutines started for follow-up work (a confirm callback's
+// Work counts goroutines started for follow-up work (a confirm callback's
 // continuation), so that stopping a group can wait for them. Unlike a
 // sync.WaitGroup, starting work while another goroutine waits is allowed:
 // a confirm can arrive at any time, even after a drain that gave up on its
 // delivery, and a WaitGroup's Add racing its Wait may panic. Wait returns
 // once no work is running; work started after that is not waited for.
-type work struct {
+type Work struct {
 	mu   sync.Mutex
 	n    int
 	idle chan struct{} // closed when n drops to 0; nil while nobody waits
 }
 
 // Go runs f on a goroutine of its own, counted until it returns.
-func (w *work) Go(f func()) {
+func (w *Work) Go(f func()) {
 	w.mu.Lock()
 	w.n++
 	w.mu.Unlock()
@@ -25,7 +27,7 @@ func (w *work) Go(f func()) {
 	}()
 }
 
-func (w *work) done() {
+func (w *Work) done() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.n--; w.n == 0 && w.idle != nil {
@@ -35,7 +37,7 @@ func (w *work) done() {
 }
 
 // Wait blocks until no work is running.
-func (w *work) Wait() {
+func (w *Work) Wait() {
 	w.mu.Lock()
 	if w.n == 0 {
 		w.mu.Unlock()

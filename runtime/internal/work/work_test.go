@@ -1,4 +1,4 @@
-package runtime
+package work
 
 import (
 	"sync"
@@ -9,7 +9,7 @@ import (
 // TestWorkWaitsForRunningWork: Wait returns only once the work started
 // before it has returned.
 func TestWorkWaitsForRunningWork(t *testing.T) {
-	var w work
+	var w Work
 	release := make(chan struct{})
 	finished := make(chan struct{})
 	w.Go(func() {
@@ -58,7 +58,7 @@ func TestWorkWaitsForRunningWork(t *testing.T) {
 // may panic ("WaitGroup is reused before previous Wait has returned") and
 // is reported by the race detector; work must do neither.
 func TestWorkStartedDuringWait(t *testing.T) {
-	var w work
+	var w Work
 	var producers sync.WaitGroup
 	for range 4 {
 		producers.Go(func() {
