@@ -206,18 +206,7 @@ func runtimeHop(b *testing.B, url, pipe, handler, testkit string, inprocess bool
 		"PREFETCH": fmt.Sprint(max(prefetch/concurrency, 16))} {
 		flow = strings.ReplaceAll(flow, k, v)
 	}
-	dir := b.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "f.yaml"), []byte(flow), 0o644); err != nil {
-		b.Fatal(err)
-	}
-	set, err := spec.LoadPaths(spec.Options{}, filepath.Join(dir, "f.yaml"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	plan, err := plan.Compile(set.Flows)
-	if err != nil {
-		b.Fatal(err)
-	}
+	plan := compileFlow(b, flow)
 	opts := runtime.Options{AMQPURL: url, Store: store}
 	if inprocess {
 		opts.Handlers = map[string]runtime.HandlerFunc{handler: func(_ context.Context, r runtime.Request) (decide.Result, error) {
@@ -262,6 +251,24 @@ func runtimeHop(b *testing.B, url, pipe, handler, testkit string, inprocess bool
 		drop(b, ch, q.Name)
 	}
 	return float64(n) / end.Sub(start).Seconds()
+}
+
+// compileFlow loads one flow file's text and compiles it, as run does.
+func compileFlow(b *testing.B, flow string) *plan.Plan {
+	b.Helper()
+	file := filepath.Join(b.TempDir(), "f.yaml")
+	if err := os.WriteFile(file, []byte(flow), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	set, err := spec.LoadPaths(spec.Options{}, file)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pl, err := plan.Compile(set.Flows)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return pl
 }
 
 // drop deletes a queue once measured, so that every figure starts from the

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,7 +16,6 @@ import (
 
 	"github.com/acemq/acemq-flow/runtime"
 	"github.com/acemq/acemq-flow/runtime/plan"
-	"github.com/acemq/acemq-flow/spec"
 	"github.com/acemq/acemq-flow/test/testenv"
 )
 
@@ -216,18 +214,7 @@ pipelines:
 // lands in; it returns the plan and a stop function.
 func runtimeChain(b *testing.B, url, pipe, testkit string) (*plan.Plan, func()) {
 	flow := strings.NewReplacer("PIPE", pipe, "TESTKIT", testkit, "PREFETCH", fmt.Sprint(latencyPrefetch)).Replace(latencyFlow)
-	dir := b.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "f.yaml"), []byte(flow), 0o644); err != nil {
-		b.Fatal(err)
-	}
-	set, err := spec.LoadPaths(spec.Options{}, filepath.Join(dir, "f.yaml"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	pl, err := plan.Compile(set.Flows)
-	if err != nil {
-		b.Fatal(err)
-	}
+	pl := compileFlow(b, flow)
 	rt, err := runtime.New(pl, runtime.Options{AMQPURL: url})
 	if err != nil {
 		b.Fatal(err)
