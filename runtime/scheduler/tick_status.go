@@ -1,0 +1,55 @@
+package scheduler
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/acemq/acemq-flow/runtime/plan"
+)
+
+// TickStatus is where a schedule stands at an instant, as `acemq-flow
+// schedules` shows it: computed from its last claimed tick by the same
+// Ticker and PlanTicks the loop runs.
+type TickStatus struct {
+	// Next is the first tick after the instant, the zero time when the
+	// cron expression has none within five years.
+	Next time.Time
+	// Missed is how many ticks came due after the last claimed one, more
+	// than LateAfter before the instant, and were not claimed: no runtime
+	// fired them. A tick due less than LateAfter before is not counted, as
+	// a running loop still fires it on time. A schedule with no claimed
+	// tick has missed nothing (a new schedule starts with its next tick).
+	Missed int64
+	// CatchUp is how many of the missed ticks the loop fires when a
+	// runtime starts, by the schedule's `missed` and `missed_window`
+	// (PlanTicks): latest one, all those within the window, skip none.
+	CatchUp int64
+	// GivenUp is how many it never fires: Missed less CatchUp, the count
+	// the loop adds to acemq_schedule_missed_ticks_total when it starts.
+	GivenUp int64
+}
+
+// ScheduleStatus returns s's status at now from its last claimed tick
+// (claimed false: it has none). It fails, naming the schedule, when its
+// ticks cannot be computed. It is pure.
+func ScheduleStatus(s plan.Schedule, last time.Time, claimed bool, now time.Time) (TickStatus, error) {
+	tk, err := NewTicker(s.Cron, time.Duration(s.Every), s.Timezone)
+	if err != nil {
+		return TickStatus{}, fmt.Errorf("schedule %q (%s): %w", s.Name, s.At, err)
+	}
+	st := TickStatus{Next: tk.Next(now)}
+	if !claimed {
+		return st, nil
+	}
+	upTo := now.Add(-LateAfter)
+	st.Missed = tk.Count(last, upTo)
+	if st.Missed == 0 {
+		return st, nil
+	}
+	// A loop starting at now deals with (last, now]; the ticks of the last
+	// LateAfter it would fire as well, but they are not missed yet.
+	p := PlanTicks(tk, last, now, upTo, s.Missed, time.Duration(s.MissedWindow), fireLimit)
+	st.GivenUp = p.Missed
+	st.CatchUp = st.Missed - p.Missed
+	return st, nil
+}
