@@ -62,7 +62,7 @@ func (b *builder) flow(n *node) *Flow {
 		f.Consumers = append(f.Consumers, b.consumer(cn, f.Defaults))
 	}
 	for _, sn := range b.items(n, "sagas") {
-		f.Sagas = append(f.Sagas, b.saga(sn))
+		f.Sagas = append(f.Sagas, b.saga(sn, f.Defaults))
 	}
 	for _, sn := range b.items(n, "schedules") {
 		f.Schedules = append(f.Schedules, b.schedule(sn))
@@ -380,11 +380,17 @@ func (b *builder) queue(n *node, def Defaults) *Queue {
 	return q
 }
 
-func (b *builder) saga(n *node) *Saga {
+func (b *builder) saga(n *node, def Defaults) *Saga {
 	s := &Saga{Pos: n.pos}
 	s.Name, _ = b.str(n, "name")
 	s.Description, _ = b.str(n, "description")
 	s.Input, s.InputPos = b.str(n, "input")
+	if v, pos, ok := b.duration(n, "timeout"); ok && v == 0 {
+		b.d.errorf(pos, "invalid-timeout", "use a positive duration such as 1h, or leave timeout out for none",
+			"saga %q times out after 0s", s.Name)
+	} else if ok {
+		s.Timeout, s.TimeoutPos = v, pos
+	}
 	for _, sn := range b.items(n, "steps") {
 		st := &SagaStep{Pos: sn.pos}
 		st.Name, _ = b.str(sn, "name")
@@ -392,6 +398,7 @@ func (b *builder) saga(n *node) *Saga {
 		st.Handler, st.HandlerPos = b.handler(sn, "handler")
 		st.Compensate, st.CompensatePos = b.handler(sn, "compensate")
 		st.When = b.when(sn)
+		st.Retry = b.retry(sn.get("retry"), def.Retry, def.Retry.Pos)
 		s.Steps = append(s.Steps, st)
 	}
 	return s

@@ -416,6 +416,10 @@ func (c *fileChecker) queueArgs(q *Queue) {
 
 func (c *fileChecker) saga(s *Saga) {
 	c.typeRef(s.Input, s.InputPos, false)
+	if s.Timeout > MaxDelay {
+		c.d.errorf(s.TimeoutPos, "delay-too-long", fmt.Sprintf("use at most %s", MaxDelay),
+			"saga %q times out after %s, longer than the delay ladder holds (2^28 - 1 s)", s.Name, s.Timeout)
+	}
 	for i, st := range s.Steps {
 		c.handlerRef(st.Handler, st.HandlerPos, fmt.Sprintf("saga step %q", st.Name), "handler")
 		if st.Compensate.Plugin != "" {

@@ -245,18 +245,22 @@ func (q *Queue) argAt(k string) Pos {
 }
 
 // Saga is a durable sequence of steps with compensations, run in reverse when
-// a later step fails. spec checks sagas in full, but the runtime does not run
-// them yet: runtime.New refuses a plan with one.
+// a later step fails (FLOW-FORMAT §5). Timeout (0: none) is how long an
+// instance may run before it compensates, through the delay ladder: at most
+// MaxDelay.
 type Saga struct {
 	Pos
-	Name        string      `yaml:"name"`
-	Description string      `yaml:"description"`
-	Input       string      `yaml:"input"`
-	InputPos    Pos         `yaml:"-"`
-	Steps       []*SagaStep `yaml:"steps"`
+	Name        string        `yaml:"name"`
+	Description string        `yaml:"description"`
+	Input       string        `yaml:"input"`
+	InputPos    Pos           `yaml:"-"`
+	Timeout     time.Duration `yaml:"timeout"`
+	TimeoutPos  Pos           `yaml:"-"`
+	Steps       []*SagaStep   `yaml:"steps"`
 }
 
-// SagaStep is one step of a saga.
+// SagaStep is one step of a saga. Retry is the retry ladder of its queue and
+// of its compensation's (defaults.retry unless it sets its own).
 type SagaStep struct {
 	Pos
 	Name          string     `yaml:"name"`
@@ -266,6 +270,7 @@ type SagaStep struct {
 	Compensate    HandlerRef `yaml:"compensate"`
 	CompensatePos Pos        `yaml:"-"`
 	When          Condition  `yaml:"when"`
+	Retry         Retry      `yaml:"retry"`
 }
 
 // Schedule is a recurring send that fires exactly once per tick across
