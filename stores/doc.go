@@ -44,7 +44,8 @@
 //  7. The saga wrapper around a saga step's call uses the Sagas methods:
 //     CreateSaga for the message that starts an instance, GetSaga and
 //     AdvanceSaga (presenting the version read) for every other;
-//     `acemq-flow sagas` uses GetSaga and ListSagas.
+//     `acemq-flow sagas` uses GetSaga, ListSagas and CountSagas, and the
+//     saga metrics CountSagas.
 //  8. On a schedule (hourly): Set.Purge deletes expired claims, old
 //     confirmations, records published more than
 //     Options.PublishedRetention ago and ticks claimed before that but each

@@ -87,11 +87,22 @@ type SagaInstance struct {
 }
 
 // SagaFilter selects instances for ListSagas: of one saga (empty: all), in
-// one state (empty: all), at most Limit (0: no limit), oldest first.
+// one state (empty: all), at most Limit (0: no limit), oldest first, or
+// newest first with Newest (the last Limit started, as `sagas list` shows
+// them).
 type SagaFilter struct {
-	Saga  string
-	State SagaState
-	Limit int
+	Saga   string
+	State  SagaState
+	Limit  int
+	Newest bool
+}
+
+// SagaCount is how many instances of one saga are in one state, as
+// CountSagas returns it.
+type SagaCount struct {
+	Saga      string
+	State     SagaState
+	Instances int64
 }
 
 // ErrStaleSaga is matched (errors.Is) by every *StaleSagaError.
@@ -158,8 +169,14 @@ type Sagas interface {
 	AdvanceSaga(ctx context.Context, inst SagaInstance) (SagaInstance, error)
 
 	// ListSagas returns the instances f selects, oldest started first (ties
-	// by id).
+	// by id), or newest first (ties by id, descending) with f.Newest.
 	ListSagas(ctx context.Context, f SagaFilter) ([]SagaInstance, error)
+
+	// CountSagas returns how many instances each saga has in each state,
+	// ordered by saga and state, without reading the instances themselves
+	// (the metrics' acemq_saga_instances). A saga with no instance in a
+	// state has no entry for it.
+	CountSagas(ctx context.Context) ([]SagaCount, error)
 
 	// PurgeSagas deletes the instances that ended before before, never a
 	// running or compensating one, and returns how many it deleted.

@@ -90,6 +90,9 @@ func (s *Store) ListSagas(ctx context.Context, f stores.SagaFilter) ([]stores.Sa
 		}
 	}
 	slices.SortFunc(out, func(a, b stores.SagaInstance) int {
+		if f.Newest {
+			a, b = b, a
+		}
 		return cmp.Or(a.StartedAt.Compare(b.StartedAt), cmp.Compare(a.ID, b.ID))
 	})
 	if f.Limit > 0 && len(out) > f.Limit {
@@ -112,6 +115,30 @@ func (s *Store) PurgeSagas(ctx context.Context, before time.Time) (int64, error)
 		}
 	}
 	return n, nil
+}
+
+// CountSagas implements stores.Sagas.
+func (s *Store) CountSagas(ctx context.Context) ([]stores.SagaCount, error) {
+	if err := s.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	type key struct {
+		saga  string
+		state stores.SagaState
+	}
+	n := map[key]int64{}
+	for _, inst := range s.sagas {
+		n[key{inst.Saga, inst.State}]++
+	}
+	out := make([]stores.SagaCount, 0, len(n))
+	for k, c := range n {
+		out = append(out, stores.SagaCount{Saga: k.saga, State: k.state, Instances: c})
+	}
+	slices.SortFunc(out, func(a, b stores.SagaCount) int {
+		return cmp.Or(cmp.Compare(a.Saga, b.Saga), cmp.Compare(a.State, b.State))
+	})
+	return out, nil
 }
 
 // now is the store's clock to the millisecond, as every backend keeps

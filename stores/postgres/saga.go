@@ -113,7 +113,11 @@ func (s *Store) ListSagas(ctx context.Context, f stores.SagaFilter) ([]stores.Sa
 	if len(where) > 0 {
 		q += ` WHERE ` + strings.Join(where, " AND ")
 	}
-	q += ` ORDER BY started_at, id`
+	if f.Newest {
+		q += ` ORDER BY started_at DESC, id DESC`
+	} else {
+		q += ` ORDER BY started_at, id`
+	}
 	if f.Limit > 0 {
 		args = append(args, f.Limit)
 		q += fmt.Sprintf(" LIMIT $%d", len(args))
@@ -147,6 +151,32 @@ func (s *Store) PurgeSagas(ctx context.Context, before time.Time) (int64, error)
 		}
 		return tag.RowsAffected(), nil
 	})
+}
+
+// CountSagas implements stores.Sagas: one GROUP BY, which the index on
+// (saga, state, started_at) answers.
+func (s *Store) CountSagas(ctx context.Context) ([]stores.SagaCount, error) {
+	rows, err := s.pool.Query(ctx, `SELECT saga, state, count(*) FROM acemq_sagas GROUP BY saga, state ORDER BY saga, state`)
+	if err != nil {
+		return nil, fmt.Errorf("count saga instances: %w", err)
+	}
+	defer rows.Close()
+	var out []stores.SagaCount
+	for rows.Next() {
+		var (
+			c     stores.SagaCount
+			state string
+		)
+		if err := rows.Scan(&c.Saga, &state, &c.Instances); err != nil {
+			return nil, fmt.Errorf("count saga instances: %w", err)
+		}
+		c.State = stores.SagaState(state)
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("count saga instances: %w", err)
+	}
+	return out, nil
 }
 
 // scanSaga reads one row of sagaColumns; ok is false for no row.

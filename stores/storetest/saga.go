@@ -30,6 +30,8 @@ func RunSagas(t *testing.T, open Opener, f Features) {
 		{"an advance to an ended state sets the end time, and an ended instance is never advanced again", sagaEnded},
 		{"an advance of an instance that does not exist is refused as stale with no current version", sagaAdvanceMissing},
 		{"instances list by saga and by state, oldest first, up to a limit", sagaList},
+		{"newest first, instances list the last started first, ties by id descending, up to a limit", sagaListNewest},
+		{"instances are counted by saga and state, ordered by both, with no entry for a state none is in", sagaCount},
 		{"the purge deletes instances ended before the cut-off, never a running or compensating one", sagaPurge},
 		{"an instance with no saga, no id or an unknown state is refused", sagaInvalid},
 		{"an instance is still there after the store is reopened", sagaDurable},
@@ -390,6 +392,101 @@ func sagaList(t *testing.T, open Opener, _ Features) {
 	}
 	if err := sameSaga(got[0], getSaga(t, b.Set, "o-2")); err != nil {
 		t.Fatalf("ListSagas returned another instance than GetSaga: %v", err)
+	}
+}
+
+func sagaListNewest(t *testing.T, open Opener, _ Features) {
+	b, clock := fixture(t, open)
+	for _, id := range []string{"o-1", "o-2", "r-1", "o-3"} {
+		inst := sagaAt(id)
+		if id == "r-1" {
+			inst.Saga = "refund"
+		}
+		createSaga(t, b.Set, inst)
+		clock.Advance(time.Second)
+	}
+	// Two started at once: the later id first.
+	createSaga(t, b.Set, sagaAt("t-a"))
+	createSaga(t, b.Set, sagaAt("t-b"))
+	for _, tc := range []struct {
+		f    stores.SagaFilter
+		want []string
+	}{
+		{stores.SagaFilter{Newest: true}, []string{"t-b", "t-a", "o-3", "r-1", "o-2", "o-1"}},
+		{stores.SagaFilter{Newest: true, Limit: 3}, []string{"t-b", "t-a", "o-3"}},
+		{stores.SagaFilter{Newest: true, Saga: "place-order", Limit: 4}, []string{"t-b", "t-a", "o-3", "o-2"}},
+		{stores.SagaFilter{Newest: true, Saga: "refund"}, []string{"r-1"}},
+	} {
+		got, err := b.Set.ListSagas(t.Context(), tc.f)
+		if err != nil {
+			t.Fatalf("ListSagas(%+v): %v", tc.f, err)
+		}
+		var ids []string
+		for _, i := range got {
+			ids = append(ids, i.ID)
+		}
+		if !slices.Equal(ids, tc.want) {
+			t.Errorf("ListSagas(%+v) = %v, want %v", tc.f, ids, tc.want)
+		}
+	}
+}
+
+func sagaCount(t *testing.T, open Opener, _ Features) {
+	b, clock := fixture(t, open)
+	if got, err := b.Set.CountSagas(t.Context()); err != nil || len(got) != 0 {
+		t.Fatalf("CountSagas of an empty store = %v, %v; want none", got, err)
+	}
+	mk := func(saga, id string, state stores.SagaState) {
+		inst := sagaAt(id)
+		inst.Saga = saga
+		v := createSaga(t, b.Set, inst)
+		if state == stores.SagaRunning {
+			return
+		}
+		if state.Ended() {
+			v.State = stores.SagaCompensating
+			v = advanceSaga(t, b.Set, v)
+		}
+		v.State = state
+		advanceSaga(t, b.Set, v)
+	}
+	mk("place-order", "o-1", stores.SagaRunning)
+	mk("place-order", "o-2", stores.SagaUnresolved)
+	mk("place-order", "o-3", stores.SagaUnresolved)
+	mk("place-order", "o-4", stores.SagaCompensating)
+	mk("refund", "r-1", stores.SagaCompleted)
+	mk("place-order", "o-5", stores.SagaRunning)
+	mk("place-order", "o-6", stores.SagaRunning)
+	got, err := b.Set.CountSagas(t.Context())
+	if err != nil {
+		t.Fatalf("CountSagas: %v", err)
+	}
+	want := []stores.SagaCount{
+		{Saga: "place-order", State: stores.SagaCompensating, Instances: 1},
+		{Saga: "place-order", State: stores.SagaRunning, Instances: 3},
+		{Saga: "place-order", State: stores.SagaUnresolved, Instances: 2},
+		{Saga: "refund", State: stores.SagaCompleted, Instances: 1},
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("CountSagas = %+v, want %+v", got, want)
+	}
+	// The count follows the instances: one moves on, another is purged.
+	v := getSaga(t, b.Set, "o-1")
+	v.State = stores.SagaCompleted
+	advanceSaga(t, b.Set, v)
+	if _, err := b.Set.PurgeSagas(t.Context(), clock.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	got, err = b.Set.CountSagas(t.Context())
+	if err != nil {
+		t.Fatalf("CountSagas: %v", err)
+	}
+	want = []stores.SagaCount{
+		{Saga: "place-order", State: stores.SagaCompensating, Instances: 1},
+		{Saga: "place-order", State: stores.SagaRunning, Instances: 2},
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("CountSagas after an instance completed and the ended ones were purged = %+v, want %+v", got, want)
 	}
 }
 
