@@ -11,8 +11,8 @@ import (
 // OutboxRecord is one row of the outbox table (its columns are documented in
 // stores/README.md).
 //
-// A writer sets Exchange, RoutingKey, Body, ContentType and Properties; the
-// store sets the rest. Body holds the payload already encoded: the relay
+// A writer sets Exchange, RoutingKey, Body, ContentType and Properties, and
+// DeliverAt for a message to be delivered later; the store sets the rest. Body holds the payload already encoded: the relay
 // publishes those bytes unchanged and never decodes or re-encodes them.
 // Attempts counts failed publishes, LastError holds the latest reason, and
 // LeaseOwner/LeaseUntil name the relay that holds the row (after a failure,
@@ -20,6 +20,15 @@ import (
 // set once the broker confirmed the row reached a queue; StuckAt once the
 // store stopped handing the row out after Options.OutboxMaxAttempts
 // failures.
+//
+// DeliverAt is when the message is due at Exchange; zero means now. The
+// relay publishes a record whose DeliverAt is still ahead into the delay
+// ladder (FLOW-FORMAT §4), addressed to Exchange and RoutingKey, and the
+// runtime that consumes the ladder's due queue delivers it then, never
+// early: one commit schedules the message with the writer's own rows. A
+// DeliverAt already passed when the relay takes the record publishes it
+// straight to Exchange, as a zero one. The stores keep it to the
+// millisecond.
 type OutboxRecord struct {
 	ID          int64
 	Exchange    string
@@ -27,6 +36,7 @@ type OutboxRecord struct {
 	Body        []byte
 	ContentType string
 	Properties  Properties
+	DeliverAt   time.Time
 	CreatedAt   time.Time
 	Attempts    int
 	LastError   string

@@ -117,6 +117,7 @@ func (s *Store) record(rec stores.OutboxRecord) (stores.OutboxRecord, error) {
 		Body:        append([]byte{}, rec.Body...),
 		ContentType: rec.ContentType,
 		Properties:  props,
+		DeliverAt:   backend.DeliverAt(rec.DeliverAt),
 	}, nil
 }
 

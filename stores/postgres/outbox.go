@@ -43,8 +43,9 @@ func (Outbox) Add(ctx context.Context, tx pgx.Tx, rec stores.OutboxRecord) (int6
 	}
 	var id int64
 	err = tx.QueryRow(ctx, `
-INSERT INTO acemq_outbox (exchange, routing_key, body, content_type, properties)
-VALUES ($1, $2, $3, $4, $5::jsonb) RETURNING id`, rec.Exchange, rec.RoutingKey, body, rec.ContentType, string(props)).Scan(&id)
+INSERT INTO acemq_outbox (exchange, routing_key, body, content_type, properties, deliver_at)
+VALUES ($1, $2, $3, $4, $5::jsonb, $6) RETURNING id`, rec.Exchange, rec.RoutingKey, body, rec.ContentType, string(props),
+		timeOrNull(backend.DeliverAt(rec.DeliverAt))).Scan(&id)
 	if err != nil {
 		return 0, fmt.Errorf("outbox add for exchange %q routing key %q: %w", rec.Exchange, rec.RoutingKey, err)
 	}
@@ -52,16 +53,16 @@ VALUES ($1, $2, $3, $4, $5::jsonb) RETURNING id`, rec.Exchange, rec.RoutingKey, 
 }
 
 const recordCols = `o.id, o.exchange, o.routing_key, o.body, o.content_type, o.properties::text, o.created_at,
-    o.attempts, o.last_error, o.lease_owner, o.lease_until, o.published_at, o.stuck_at`
+    o.attempts, o.last_error, o.lease_owner, o.lease_until, o.published_at, o.stuck_at, o.deliver_at`
 
 func scanRecord(row pgx.CollectableRow) (stores.OutboxRecord, error) {
 	var r stores.OutboxRecord
 	var props string
 	var attempts int32
 	var lastErr, owner *string
-	var until, published, stuck *time.Time
+	var until, published, stuck, deliverAt *time.Time
 	if err := row.Scan(&r.ID, &r.Exchange, &r.RoutingKey, &r.Body, &r.ContentType, &props, &r.CreatedAt,
-		&attempts, &lastErr, &owner, &until, &published, &stuck); err != nil {
+		&attempts, &lastErr, &owner, &until, &published, &stuck, &deliverAt); err != nil {
 		return r, err
 	}
 	if r.Body == nil {
@@ -75,6 +76,7 @@ func scanRecord(row pgx.CollectableRow) (stores.OutboxRecord, error) {
 	r.Properties, r.Attempts = p, int(attempts)
 	r.LastError, r.LeaseOwner = deref(lastErr), deref(owner)
 	r.LeaseUntil, r.PublishedAt, r.StuckAt = derefTime(until), derefTime(published), derefTime(stuck)
+	r.DeliverAt = derefTime(deliverAt)
 	return r, nil
 }
 
@@ -83,6 +85,14 @@ func deref(s *string) string {
 		return ""
 	}
 	return *s
+}
+
+// timeOrNull is t as a nullable column: NULL for the zero time.
+func timeOrNull(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
 }
 
 func derefTime(t *time.Time) time.Time {

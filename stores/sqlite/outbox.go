@@ -43,8 +43,9 @@ func (Outbox) Add(ctx context.Context, tx *sql.Tx, rec stores.OutboxRecord) (int
 	}
 	var id int64
 	err = tx.QueryRowContext(ctx, `
-INSERT INTO acemq_outbox (exchange, routing_key, body, content_type, properties)
-VALUES (?, ?, ?, ?, ?) RETURNING id`, rec.Exchange, rec.RoutingKey, body, rec.ContentType, string(props)).Scan(&id)
+INSERT INTO acemq_outbox (exchange, routing_key, body, content_type, properties, deliver_at)
+VALUES (?, ?, ?, ?, ?, ?) RETURNING id`, rec.Exchange, rec.RoutingKey, body, rec.ContentType, string(props),
+		msOrNull(backend.DeliverAt(rec.DeliverAt))).Scan(&id)
 	if err != nil {
 		return 0, fmt.Errorf("outbox add for exchange %q routing key %q: %w", rec.Exchange, rec.RoutingKey, err)
 	}
@@ -52,7 +53,7 @@ VALUES (?, ?, ?, ?, ?) RETURNING id`, rec.Exchange, rec.RoutingKey, body, rec.Co
 }
 
 const recordCols = `id, exchange, routing_key, body, content_type, properties, created_at,
-    attempts, last_error, lease_owner, lease_until, published_at, stuck_at`
+    attempts, last_error, lease_owner, lease_until, published_at, stuck_at, deliver_at`
 
 type scanner interface{ Scan(...any) error }
 
@@ -61,9 +62,9 @@ func scanRecord(sc scanner) (stores.OutboxRecord, error) {
 	var props string
 	var created int64
 	var lastErr, owner sql.NullString
-	var until, published, stuck sql.NullInt64
+	var until, published, stuck, deliverAt sql.NullInt64
 	if err := sc.Scan(&r.ID, &r.Exchange, &r.RoutingKey, &r.Body, &r.ContentType, &props, &created,
-		&r.Attempts, &lastErr, &owner, &until, &published, &stuck); err != nil {
+		&r.Attempts, &lastErr, &owner, &until, &published, &stuck, &deliverAt); err != nil {
 		return r, err
 	}
 	if r.Body == nil {
@@ -78,7 +79,17 @@ func scanRecord(sc scanner) (stores.OutboxRecord, error) {
 	r.CreatedAt = time.UnixMilli(created)
 	r.LastError, r.LeaseOwner = lastErr.String, owner.String
 	r.LeaseUntil, r.PublishedAt, r.StuckAt = msTime(until), msTime(published), msTime(stuck)
+	r.DeliverAt = msTime(deliverAt)
 	return r, nil
+}
+
+// msOrNull is t as a nullable column of unix milliseconds: NULL for the
+// zero time.
+func msOrNull(t time.Time) sql.NullInt64 {
+	if t.IsZero() {
+		return sql.NullInt64{}
+	}
+	return sql.NullInt64{Int64: t.UnixMilli(), Valid: true}
 }
 
 func msTime(v sql.NullInt64) time.Time {

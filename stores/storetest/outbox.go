@@ -32,6 +32,7 @@ func RunOutbox(t *testing.T, open Opener, f Features) {
 		{"only the lease owner may mark a row", onlyOwnerMarks},
 		{"published rows are purged, pending ones kept", purgePublished},
 		{"a committed record survives closing the store", durableRecord},
+		{"deliver_at reads back to the millisecond, rounded up, zero as zero, and does not hold the record back", deliverAtKept},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, open, f) })
@@ -461,5 +462,50 @@ func durableRecord(t *testing.T, open Opener, f Features) {
 	}
 	if got := pendingIDs(t, b.Peer(t)); !slices.Equal(got, written) {
 		t.Fatalf("ListPending after reopening = %v, want %v", got, written)
+	}
+}
+
+// A record's deliver_at is the relay's business: the store keeps it (to
+// the millisecond, rounded up so that a message is never early) and hands
+// the record out at once, due or not, so that the relay can put it in the
+// delay ladder.
+func deliverAtKept(t *testing.T, open Opener, _ Features) {
+	b, clock := fixture(t, open)
+	later := clock.Now().Add(3*time.Second + 1500*time.Microsecond)
+	wantLater := clock.Now().Add(3*time.Second + 2*time.Millisecond)
+	past := clock.Now().Add(-time.Hour).In(time.FixedZone("UTC+2", 2*3600))
+	now, due, gone := rec(1), rec(2), rec(3)
+	due.DeliverAt, gone.DeliverAt = later, past
+	written := write(t, b, now, due, gone)
+	want := map[int64]time.Time{written[0]: {}, written[1]: wantLater, written[2]: past}
+	check := func(from string, got []stores.OutboxRecord) {
+		t.Helper()
+		if !slices.Equal(ids(got), written) {
+			t.Fatalf("%s returned rows %v, want every row %v, due or not", from, ids(got), written)
+		}
+		for _, r := range got {
+			w := want[r.ID]
+			if w.IsZero() != r.DeliverAt.IsZero() || !w.Equal(r.DeliverAt) {
+				t.Errorf("%s: row %d deliver_at = %v, want %v", from, r.ID, r.DeliverAt, w)
+			}
+		}
+	}
+	pending, err := b.Set.ListPending(t.Context(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("ListPending", pending)
+	if locker, ok := b.Set.(stores.OutboxLocker); ok {
+		lb, err := locker.ClaimLocked(t.Context(), "locker", 10, time.Minute)
+		if err != nil {
+			t.Fatalf("ClaimLocked: %v", err)
+		}
+		check("ClaimLocked", lb.Records())
+		lb.Abort()
+	}
+	claimed := claimBatch(t, b.Set, "relay", 10, time.Minute)
+	check("ClaimBatch", claimed)
+	if err := b.Set.MarkPublished(t.Context(), ids(claimed), "relay"); err != nil {
+		t.Fatalf("MarkPublished: %v", err)
 	}
 }

@@ -107,6 +107,20 @@ func longHeaderKey(v any) string {
 	return ""
 }
 
+// DeliverAt is a record's deliver_at as the stores keep it: zero stays
+// zero, any other time is rounded up to the millisecond (the stores keep
+// milliseconds, and rounding down would make a message early), in UTC.
+func DeliverAt(t time.Time) time.Time {
+	if t.IsZero() {
+		return t
+	}
+	r := t.Truncate(time.Millisecond)
+	if r.Before(t) {
+		r = r.Add(time.Millisecond)
+	}
+	return r.UTC()
+}
+
 // CheckClaim refuses a relay's claim without an owner, rows or lease.
 func CheckClaim(owner string, n int, lease time.Duration) error {
 	if owner == "" || n <= 0 || lease <= 0 {
