@@ -70,6 +70,9 @@ func CheckPlugins(ctx context.Context, pl *plan.Plan) spec.Diagnostics {
 		}
 	}
 	for _, c := range pl.Consumers {
+		if c.Saga != "" {
+			continue // checked below, as the saga's steps
+		}
 		check(c.At, c.File.File, c.Handler, c.Input, c.Output, fmt.Sprintf("consumer %q", c.ID))
 	}
 	for _, s := range pl.Sagas {

@@ -86,7 +86,11 @@ type ConsumerKind string
 const (
 	KindStep     ConsumerKind = "step"
 	KindConsumer ConsumerKind = "consumer"
-	KindSagaStep ConsumerKind = "saga-step"
+	// KindSagaStep consumes a saga step's queue or its compensation's
+	// (Consumer.Compensate), KindSagaTimeout a saga's timeout queue: the
+	// saga's instances are read and written around each delivery.
+	KindSagaStep    ConsumerKind = "saga-step"
+	KindSagaTimeout ConsumerKind = "saga-timeout"
 )
 
 // Consumer is one consumer group: a queue, a handler and its settings.
@@ -105,7 +109,9 @@ type Consumer struct {
 	AutoStartup bool         `json:"auto_startup"`
 	Retry       Retry        `json:"retry"`
 	Pipeline    string       `json:"pipeline,omitempty"`
+	Saga        string       `json:"saga,omitempty"`
 	Step        string       `json:"step,omitempty"`
+	Compensate  bool         `json:"compensate,omitempty"` // a saga step's compensation
 	Position    int          `json:"position,omitempty"` // index of the step in its pipeline's route
 	Delay       Duration     `json:"delay,omitempty"`
 	Description string       `json:"description,omitempty"`
@@ -179,13 +185,17 @@ type Stop struct {
 	When       string `json:"when,omitempty"`
 }
 
-// Saga is a saga's steps and compensations.
+// Saga is a saga's steps and compensations. Timeout (0: none) is how long
+// an instance may run; its message waits in the delay ladder and is
+// consumed from TimeoutQueue.
 type Saga struct {
-	Name  string     `json:"name"`
-	Flow  string     `json:"flow"`
-	Input string     `json:"input,omitempty"`
-	Steps []SagaStep `json:"steps"`
-	At    spec.Pos   `json:"-"`
+	Name         string     `json:"name"`
+	Flow         string     `json:"flow"`
+	Input        string     `json:"input,omitempty"`
+	Timeout      Duration   `json:"timeout,omitempty"`
+	TimeoutQueue string     `json:"timeout_queue,omitempty"`
+	Steps        []SagaStep `json:"steps"`
+	At           spec.Pos   `json:"-"`
 	// Spec is the saga as loaded, with its steps' compiled `when`
 	// conditions, and File the flow that declares it (its types). Both are
 	// nil in a plan read back from JSON.
@@ -574,23 +584,53 @@ func (c *compiler) consumer(f *spec.Flow, cs *spec.Consumer) {
 	})
 }
 
+// saga adds a saga's exchange and, for each step and each compensation, a
+// queue, its binding, its ladder and its consumer, as for a pipeline step
+// (FLOW-FORMAT §2 and §5), and for a saga with a timeout the timeout's.
+// Saga consumers are idempotent whatever the file's defaults say: a copy of
+// a step's message that arrives while the first is being handled (a
+// republish after a crash, a timeout's stale result) must wait for it, not
+// run the handler beside it.
 func (c *compiler) saga(f *spec.Flow, s *spec.Saga) {
-	sp := Saga{Name: s.Name, Flow: f.Name, Input: s.Input, At: s.Pos, Spec: s, File: f}
+	sp := Saga{Name: s.Name, Flow: f.Name, Input: s.Input, Timeout: Duration(s.Timeout), At: s.Pos, Spec: s, File: f}
 	c.exchange(Exchange{Name: SagaExchange(s.Name), Type: "direct", Mode: Declare, Purpose: "saga " + s.Name, At: s.Pos, Apply: f.Topology.Apply})
+	typ := f.Defaults.QueueType
+	add := func(id, queue, key, purpose, what string, kind ConsumerKind, step string, h spec.HandlerRef, compensate bool, r spec.Retry, at spec.Pos) bool {
+		n := len(c.diags)
+		c.queue(Queue{Name: queue, Type: typ, Mode: Declare, Purpose: purpose, Owner: id, what: what, At: at,
+			Arguments: queueArguments(queue, typ, true, nil), Apply: f.Topology.Apply, Missing: f.Topology.MissingQueue})
+		if len(c.diags) > n || !c.id(id, at) {
+			return false
+		}
+		c.bindings = append(c.bindings, Binding{Exchange: SagaExchange(s.Name), Queue: queue, RoutingKey: key, Owner: id, At: at})
+		rp := c.ladder(id, queue, typ, r, true, at, f.Topology.Apply)
+		c.plan.Consumers = append(c.plan.Consumers, Consumer{
+			ID: id, Kind: kind, Flow: f.Name, Queue: queue, Handler: h.String(), Plugin: h.Plugin, Input: s.Input,
+			Prefetch: f.Defaults.Prefetch, Concurrency: f.Defaults.Concurrency, Idempotent: true, AutoStartup: true, Retry: rp,
+			Saga: s.Name, Step: step, Compensate: compensate, Missing: f.Topology.MissingQueue, At: at, File: f,
+		})
+		return true
+	}
 	for _, st := range s.Steps {
 		q := SagaStepQueue(s.Name, st.Name)
 		step := SagaStep{Name: st.Name, Handler: st.Handler.String(), Compensate: st.Compensate.String(), When: st.When.Source, Queue: q}
-		c.queue(Queue{Name: q, Type: f.Defaults.QueueType, Mode: Declare, Purpose: "saga", Owner: s.Name, At: st.Pos,
-			Arguments: queueArguments(q, f.Defaults.QueueType, true, nil), Apply: f.Topology.Apply})
-		c.bindings = append(c.bindings, Binding{Exchange: SagaExchange(s.Name), Queue: q, RoutingKey: st.Name, Owner: s.Name, At: st.Pos})
+		add(SagaStepConsumerID(s.Name, st.Name), q, SagaStepKey(st.Name), "saga", fmt.Sprintf("step %q of saga %q", st.Name, s.Name),
+			KindSagaStep, st.Name, st.Handler, false, st.Retry, st.Pos)
 		if st.Compensate.Plugin != "" {
 			cq := CompensateQueue(s.Name, st.Name)
 			step.Compensation = cq
-			c.queue(Queue{Name: cq, Type: f.Defaults.QueueType, Mode: Declare, Purpose: "compensate", Owner: s.Name, At: st.CompensatePos,
-				Arguments: queueArguments(cq, f.Defaults.QueueType, true, nil), Apply: f.Topology.Apply})
-			c.bindings = append(c.bindings, Binding{Exchange: SagaExchange(s.Name), Queue: cq, RoutingKey: CompensateKey(st.Name), Owner: s.Name, At: st.CompensatePos})
+			add(CompensateConsumerID(s.Name, st.Name), cq, CompensateKey(st.Name), "compensate",
+				fmt.Sprintf("the compensation of step %q of saga %q", st.Name, s.Name),
+				KindSagaStep, st.Name, st.Compensate, true, st.Retry, st.CompensatePos)
 		}
 		sp.Steps = append(sp.Steps, step)
+	}
+	if s.Timeout > 0 {
+		tq := TimeoutQueue(s.Name)
+		if add(TimeoutConsumerID(s.Name), tq, TimeoutKey, "timeout", fmt.Sprintf("the timeout of saga %q", s.Name),
+			KindSagaTimeout, "", spec.HandlerRef{}, false, f.Defaults.Retry, s.TimeoutPos) {
+			sp.TimeoutQueue = tq
+		}
 	}
 	c.plan.Sagas = append(c.plan.Sagas, sp)
 }

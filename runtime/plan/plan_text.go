@@ -93,7 +93,11 @@ func (p *Plan) WriteText(w io.Writer) error {
 				}
 				steps = append(steps, x)
 			}
-			fmt.Fprintf(&b, "  %s: %s\n", s.Name, strings.Join(steps, " | "))
+			name := s.Name
+			if s.Timeout > 0 {
+				name += fmt.Sprintf(" (timeout %s, on %s)", s.Timeout, s.TimeoutQueue)
+			}
+			fmt.Fprintf(&b, "  %s: %s\n", name, strings.Join(steps, " | "))
 		}
 	}
 	if len(p.Schedules) > 0 {

@@ -23,3 +23,18 @@ func SagaStepConsumerID(saga, step string) string { return SagaStepQueue(saga, s
 // CompensateConsumerID is the registry id of a saga step's compensation
 // consumer: its queue's name, `<saga>.<step>.compensate`.
 func CompensateConsumerID(saga, step string) string { return CompensateQueue(saga, step) }
+
+// TimeoutQueue is the queue of a saga's timeout messages, `<saga>.timeout`:
+// one per instance, published into the delay ladder when the instance
+// starts and delivered there (routing key TimeoutKey) when its time is up.
+// A saga with a timeout cannot have a step named `timeout` (the queues
+// would collide; Compile says so).
+func TimeoutQueue(saga string) string { return saga + ".timeout" }
+
+// TimeoutKey is the routing key of a saga's timeout messages on the saga's
+// exchange.
+const TimeoutKey = "timeout"
+
+// TimeoutConsumerID is the registry id of a saga's timeout consumer: its
+// queue's name.
+func TimeoutConsumerID(saga string) string { return TimeoutQueue(saga) }
