@@ -1,6 +1,8 @@
 // Package relay is the outbox relay: it publishes the records services
 // wrote to the outbox table, unchanged, and marks each published only once
-// the broker confirmed it and it reached a queue.
+// the broker confirmed it and it reached a queue. A record with a
+// deliver_at still ahead goes into the delay ladder, addressed to its
+// exchange (ladder.go).
 package relay
 
 import (
@@ -21,6 +23,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/acemq/acemq-flow/runtime/broker"
+	"github.com/acemq/acemq-flow/runtime/decide"
 	"github.com/acemq/acemq-flow/stores"
 )
 
@@ -50,6 +53,17 @@ type Options struct {
 	// published: every publish in flight on it becomes indeterminate, and
 	// the record is never counted as failed.
 	Exchanges exchangeChecker
+	// Ladder, when set, declares the delay ladder (create-only, as every
+	// runtime that needs it does) the first time a record is due later
+	// (a *broker.Topology on any connection): such a record is published
+	// into the ladder (FLOW-FORMAT §4), and a ladder nobody declared would
+	// close the publishing channel. Run sets it. Without it the ladder is
+	// taken to exist.
+	Ladder ladderDeclarer
+	// LadderUnit is for tests only, as runtime.Options.LadderUnit: what
+	// one second of the delay ladder is (a whole number of milliseconds;
+	// see plan.Ladder). 0 is the real 1 s.
+	LadderUnit time.Duration
 	// Log receives lifecycle events and failed records; nil discards.
 	Log *slog.Logger
 }
@@ -102,6 +116,13 @@ type Stats struct {
 // list --stuck`. A record whose outcome is unknown (the channel closed
 // before the confirm) is left: its lease expires and it is published again.
 //
+// A record whose DeliverAt is still ahead is published, the same way, into
+// the delay ladder instead, with its exchange, routing key and due time in
+// the ladder's headers (FLOW-FORMAT §4); the relay declares the ladder the
+// first time it needs it, and the `.due` consumer of a runtime delivers the
+// message when due. One due later than the ladder holds (2^28 - 1 s) fails
+// with the reason.
+//
 // On a store that claims with locks (stores.OutboxLocker: PostgreSQL) a
 // batch is held by an open transaction instead of a lease written to its
 // rows, and once its last record has an outcome, one commit writes them
@@ -135,6 +156,10 @@ type Relay struct {
 	held      map[*heldBatch]struct{}
 
 	exchanges *broker.ExchangeCache // nil when opts.Exchanges is
+
+	ladder     decide.Ladder
+	ladderMu   sync.Mutex
+	ladderDone bool // the ladder was declared (or opts.Ladder is nil)
 
 	claimed, published, failed, stuck, left, leaseLost atomic.Int64
 }
@@ -193,6 +218,7 @@ func New(store relayStore, pub relayPublisher, opts Options) (*Relay, error) {
 		heldSlots: make(chan struct{}, relayHeldBatches),
 		held:      map[*heldBatch]struct{}{},
 		exchanges: exchangeCache(opts.Exchanges),
+		ladder:    decide.Ladder{Unit: opts.LadderUnit},
 	}, nil
 }
 
@@ -224,9 +250,10 @@ func (r *Relay) Stats() Stats {
 }
 
 // Run runs a relay on store until ctx ends, publishing on a broker
-// connection of its own (named "acemq-flow relay"), and checking each
-// exchange the records name with a passive declare, as `acemq-flow relay`
-// and `run --relay` do. It returns an error only when it cannot start; the
+// connection of its own (named "acemq-flow relay"), checking each exchange
+// the records name with a passive declare, and declaring the delay ladder
+// the first time a record is due later, as `acemq-flow relay` and `run
+// --relay` do. It returns an error only when it cannot start; the
 // URL in it is redacted. The caller closes store.
 func Run(ctx context.Context, amqpURL string, store relayStore, opts Options) error {
 	if opts.Log == nil {
@@ -247,6 +274,9 @@ func Run(ctx context.Context, amqpURL string, store relayStore, opts Options) er
 	defer pub.Close()
 	if opts.Exchanges == nil {
 		opts.Exchanges = topo
+	}
+	if opts.Ladder == nil {
+		opts.Ladder = topo
 	}
 	r, err := New(store, pub, opts)
 	if err != nil {
@@ -416,6 +446,9 @@ func (r *Relay) claim(ctx, drainCtx context.Context) (recs []stores.OutboxRecord
 func (r *Relay) publish(ctx context.Context, rec *stores.OutboxRecord, held *heldBatch, checked map[string]error, results chan<- relayResult) error {
 	msg, err := outboxMessage(rec)
 	if err != nil {
+		return err
+	}
+	if err := r.delay(ctx, rec, &msg); err != nil {
 		return err
 	}
 	if err, ok := checked[rec.Exchange]; ok {
