@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
 	"text/tabwriter"
 	"time"
 
@@ -37,7 +38,9 @@ func newOutboxListCmd(s streams) *cobra.Command {
 		Short: "List the outbox records not yet published, or those stuck",
 		Long: `List the outbox records the relay has not published yet, oldest first: id,
 exchange, routing key, failed attempts, age, the latest error and the start
-of the body. --stuck lists instead the records the relay no longer hands out
+of the body, and, when a listed record has one, when it is to be delivered
+(DELIVER AT, UTC: the relay puts such a record into the delay ladder, and a
+runtime delivers it then). --stuck lists instead the records the relay no longer hands out
 because they failed too often (unroutable, say); they stay until someone fixes
 the cause and requeues them (see stores/README.md).
 
@@ -85,8 +88,15 @@ func renderOutbox(w io.Writer, what string, recs []stores.OutboxRecord, now time
 		fmt.Fprintf(w, "no %s outbox records\n", what)
 		return
 	}
+	// DELIVER AT only when a record is to be delivered later: most
+	// outboxes never are.
+	delayed := slices.ContainsFunc(recs, func(r stores.OutboxRecord) bool { return !r.DeliverAt.IsZero() })
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tEXCHANGE\tROUTING KEY\tATTEMPTS\tAGE\tLAST ERROR\tBODY")
+	if delayed {
+		fmt.Fprintln(tw, "ID\tEXCHANGE\tROUTING KEY\tATTEMPTS\tAGE\tDELIVER AT\tLAST ERROR\tBODY")
+	} else {
+		fmt.Fprintln(tw, "ID\tEXCHANGE\tROUTING KEY\tATTEMPTS\tAGE\tLAST ERROR\tBODY")
+	}
 	for _, r := range recs {
 		body, cut := ops.Preview(r.Body, outboxPreview)
 		if cut {
@@ -103,10 +113,23 @@ func renderOutbox(w io.Writer, what string, recs []stores.OutboxRecord, now time
 		if ex == "" {
 			ex = "(default)"
 		}
+		age := outboxAge(now.Sub(r.CreatedAt))
+		if delayed {
+			age += "\t" + outboxDeliverAt(r.DeliverAt)
+		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\t%s\n", r.ID, esc(ex), esc(r.RoutingKey), r.Attempts,
-			outboxAge(now.Sub(r.CreatedAt)), esc(lastErr), body)
+			age, esc(lastErr), body)
 	}
 	tw.Flush()
+}
+
+// outboxDeliverAt writes a record's deliver_at in UTC to the second, or
+// "-" for none.
+func outboxDeliverAt(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format("2006-01-02 15:04:05Z")
 }
 
 // outboxAge writes a duration the way a person reads an age: 45s, 12m, 3h, 2d.

@@ -13,8 +13,9 @@ import (
 
 // TestOutboxListGoldens lists an SQLite outbox holding records in every
 // state: untouched, failed once and pending again, stuck after its
-// attempts, one whose properties another program wrote wrong, and one
-// published (listed by neither). Each record is made older than now by a
+// attempts, one whose properties another program wrote wrong, one
+// published (listed by neither), and one to be delivered later (its
+// DELIVER AT column shown only in a listing that holds it). Each record is made older than now by a
 // fixed age, with room on both sides, so that the AGE column is the same
 // whenever the test runs.
 func TestOutboxListGoldens(t *testing.T) {
@@ -46,6 +47,15 @@ VALUES ('orders', 'order.legacy', '{"legacy":true}', '{"priority":"high"}')`); e
 		rec stores.OutboxRecord
 		age time.Duration
 	}{age: 45 * 24 * time.Hour})
+	// A reminder to be delivered on the first of March, 2031, at 09:30:00.25
+	// UTC (shown to the second, in UTC, whatever zone it was written in).
+	berlin := time.FixedZone("CET", 3600)
+	addRecord(t, st, stores.OutboxRecord{Exchange: "billing", RoutingKey: "invoice.remind", Body: []byte(`{"invoice":8}`),
+		DeliverAt: time.Date(2031, 3, 1, 10, 30, 0, 250e6, berlin)})
+	recs = append(recs, struct {
+		rec stores.OutboxRecord
+		age time.Duration
+	}{age: 2*time.Minute + 30*time.Second})
 	for i, r := range recs {
 		if _, err := st.DB().ExecContext(ctx, `UPDATE acemq_outbox SET created_at = created_at - ? WHERE id = ?`, r.age.Milliseconds(), i+1); err != nil {
 			t.Fatal(err)

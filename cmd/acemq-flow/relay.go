@@ -29,7 +29,10 @@ and mark it published once the broker confirmed it and routed it to a queue.
 A record nothing is bound to receive is retried, and after the store's limit
 it is stuck: listed by ` + "`acemq-flow outbox list --stuck`" + `, never published, never
 deleted. When fewer than --batch records are waiting the relay polls every
---poll. Any number of relays may share a store; a relay that dies loses its
+--poll. A record whose deliver_at is still ahead is published into the
+delay ladder instead, addressed to its exchange, and delivered when due by
+any running runtime (acemq-flow run); the relay declares the ladder the
+first time a record needs it. Any number of relays may share a store; a relay that dies loses its
 lease and another publishes its records (at least once: consumers
 deduplicate on the message id). On PostgreSQL the lease is the row lock of
 the relay's open transaction: a relay that dies releases it at once, and one
