@@ -18,15 +18,18 @@ func newPurgeCmd(s streams) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "purge [--store URL] [--published-retention 168h]",
-		Short: "Delete expired claims and long-published outbox records, once",
+		Short: "Delete expired claims, long-published outbox records, old schedule ticks and ended sagas, once",
 		Long: `Delete, once, what the store no longer has to keep: the idempotency claims
 whose lease ended, the confirmations past their retention (7 days after the
-confirm), and the outbox records published more than --published-retention
-ago. Records not published yet, and stuck ones, are never deleted. run and
-relay purge their store themselves (--purge-every, hourly by default); a
-store only other programs use (an outbox written by services, relayed
-elsewhere) needs purge on a schedule, from cron or a Kubernetes CronJob. It
-prints what it deleted, a line per table.
+confirm), the outbox records published more than --published-retention ago,
+the schedule ticks claimed before that same cut-off (each schedule's latest
+stays: it says where the schedule stopped), and the saga instances that
+ended (completed, compensated or unresolved) before it. Records not
+published yet, stuck ones, and saga instances still running are never
+deleted. run and relay purge their store themselves (--purge-every, hourly
+by default); a store only other programs use (an outbox written by
+services, relayed elsewhere) needs purge on a schedule, from cron or a
+Kubernetes CronJob. It prints what it deleted, a line per table.
 
 Environment: ACEMQ_STORE_URL (--store).`,
 		Args: cobra.NoArgs,
@@ -59,7 +62,7 @@ Environment: ACEMQ_STORE_URL (--store).`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&storeURL, "store", envOr("ACEMQ_STORE_URL", defaultStore), "store to purge: postgres://… or sqlite:PATH (env ACEMQ_STORE_URL)")
-	f.DurationVar(&published, "published-retention", stores.DefaultPublishedRetention, "keep outbox records this long after they were published")
+	f.DurationVar(&published, "published-retention", stores.DefaultPublishedRetention, "keep outbox records this long after they were published, and schedule ticks and ended sagas as long")
 	return cmd
 }
 
@@ -73,6 +76,11 @@ func renderPurged(w io.Writer, p stores.Purged, published time.Duration) {
 	}
 	fmt.Fprintf(w, "acemq_idempotency: deleted %s\n",
 		count(p.Expired, "expired claim or confirmation", "expired claims and confirmations"))
+	before := p.PublishedBefore.UTC().Format(time.RFC3339)
 	fmt.Fprintf(w, "acemq_outbox: deleted %s published before %s (more than %s ago)\n",
-		count(p.Published, "record", "records"), p.PublishedBefore.UTC().Format(time.RFC3339), published)
+		count(p.Published, "record", "records"), before, published)
+	fmt.Fprintf(w, "acemq_schedule_ticks: deleted %s claimed before %s (each schedule's latest kept)\n",
+		count(p.Ticks, "tick", "ticks"), before)
+	fmt.Fprintf(w, "acemq_sagas: deleted %s ended before %s\n",
+		count(p.Sagas, "saga instance", "saga instances"), before)
 }

@@ -122,27 +122,88 @@ func TestPurgeDeletesWhatTheStoreNoLongerKeeps(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+			// Schedule ticks: two of a month ago and today's of one
+			// schedule (its older two go), and another's only tick, a month
+			// old, which stays: it is where that schedule stopped.
+			claimed := map[string][]time.Time{
+				"shop/nightly": {now.Add(-31 * day), now.Add(-30 * day), now.Add(-time.Hour)},
+				"shop/monthly": {now.Add(-30 * day)},
+			}
+			for key, ticks := range claimed {
+				for _, tick := range ticks {
+					if ok, err := old.ClaimTick(ctx, key, tick, stores.OutboxRecord{RoutingKey: "q", Body: []byte(`{}`)}); err != nil || !ok {
+						t.Fatalf("ClaimTick(%s, %s) = %v, %v; want claimed", key, tick, ok, err)
+					}
+				}
+			}
+			// Each claimed tick wrote its firing's outbox record, pending.
+			var tickRecords []int64
+			if recs, err := old.ListPending(ctx, 0); err == nil {
+				for _, r := range recs {
+					tickRecords = append(tickRecords, r.ID)
+				}
+			} else {
+				t.Fatal(err)
+			}
+			// Saga instances: one ended a month ago goes; one ended today
+			// and one still running since a month ago stay.
+			sagaAt := func(s stores.Set, id string, end stores.SagaState) {
+				t.Helper()
+				inst, _, err := s.CreateSaga(ctx, stores.SagaInstance{Saga: "place-order", ID: id, State: stores.SagaRunning, Input: []byte(`{}`)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if end != stores.SagaRunning {
+					inst.State = end
+					if _, err := s.AdvanceSaga(ctx, inst); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			sagaAt(old, "ended-long-ago", stores.SagaCompleted)
+			sagaAt(old, "running-long", stores.SagaRunning)
+			sagaAt(f.open(t, stores.Options{}), "ended-today", stores.SagaCompensated)
 			written := now.Add(-10 * day)
 			longPublished := f.insert(t, written, now.Add(-9*day), time.Time{})
 			published := f.insert(t, written, now.Add(-day), time.Time{})
 			stuck := f.insert(t, written, time.Time{}, now.Add(-9*day))
 			pending := f.insert(t, written, time.Time{}, time.Time{})
 
-			purge := func(want string, args ...string) {
+			purge := func(want []string, args ...string) {
 				t.Helper()
 				args = append([]string{"purge", "--store", f.url}, args...)
 				out, errOut, code := cli(t, args...)
-				if code != 0 || !strings.Contains(out, want) {
-					t.Fatalf("acemq-flow %s: exit %d, stdout:\n%swant exit 0 and %q\nstderr: %s", strings.Join(args, " "), code, out, want, errOut)
+				for _, w := range want {
+					if code != 0 || !strings.Contains(out, w) {
+						t.Fatalf("acemq-flow %s: exit %d, stdout:\n%swant exit 0 and %q\nstderr: %s", strings.Join(args, " "), code, out, w, errOut)
+					}
 				}
 			}
-			purge("acemq_idempotency: deleted 2 expired claims and confirmations\n" +
-				"acemq_outbox: deleted 1 record published before ")
-			purge("acemq_idempotency: deleted 0 expired claims and confirmations\n" +
-				"acemq_outbox: deleted 0 records published before ")
-			purge("acemq_outbox: deleted 1 record published before ", "--published-retention", "12h")
+			purge([]string{"acemq_idempotency: deleted 2 expired claims and confirmations\n" +
+				"acemq_outbox: deleted 1 record published before ",
+				"acemq_schedule_ticks: deleted 2 ticks claimed before ",
+				"acemq_sagas: deleted 1 saga instance ended before "})
+			purge([]string{"acemq_idempotency: deleted 0 expired claims and confirmations\n" +
+				"acemq_outbox: deleted 0 records published before ",
+				"acemq_schedule_ticks: deleted 0 ticks claimed before ",
+				"acemq_sagas: deleted 0 saga instances ended before "})
+			purge([]string{"acemq_outbox: deleted 1 record published before "}, "--published-retention", "12h")
 
 			s := f.open(t, stores.Options{})
+			for key, ticks := range claimed {
+				if last, ok, err := s.LastTick(ctx, key); err != nil || !ok || !last.Equal(ticks[len(ticks)-1].Truncate(time.Millisecond)) {
+					t.Errorf("LastTick(%s) after the purges = %s, %v, %v; want %s: each schedule's latest tick stays", key, last, ok, err, ticks[len(ticks)-1])
+				}
+			}
+			sagas, err := s.ListSagas(ctx, stores.SagaFilter{})
+			var ids []string
+			for _, inst := range sagas {
+				ids = append(ids, inst.ID)
+			}
+			slices.Sort(ids)
+			if want := []string{"ended-today", "running-long"}; err != nil || !slices.Equal(ids, want) {
+				t.Errorf("ListSagas after the purges = %v, %v; want %v", ids, err, want)
+			}
 			for key, want := range map[string]stores.ClaimState{"abandoned": stores.Claimed, "old": stores.Claimed, "recent": stores.AlreadyConfirmed} {
 				if c, err := s.TryClaim(ctx, stores.ClaimRequest{Key: key}); err != nil || c.State != want {
 					t.Errorf("TryClaim(%s) after the purges = %v, %v; want %v", key, c.State, err, want)
@@ -153,7 +214,7 @@ func TestPurgeDeletesWhatTheStoreNoLongerKeeps(t *testing.T) {
 				list func() ([]stores.OutboxRecord, error)
 				want []int64
 			}{
-				{"ListPending", func() ([]stores.OutboxRecord, error) { return s.ListPending(ctx, 0) }, []int64{pending}},
+				{"ListPending", func() ([]stores.OutboxRecord, error) { return s.ListPending(ctx, 0) }, append(tickRecords, pending)},
 				{"ListStuck", func() ([]stores.OutboxRecord, error) { return s.ListStuck(ctx, 0) }, []int64{stuck}},
 			} {
 				recs, err := l.list()
@@ -179,6 +240,8 @@ func TestPurgePrintsTheCutOff(t *testing.T) {
 	}
 	_, rest, ok := strings.Cut(out, "published before ")
 	stamp, tail, _ := strings.Cut(rest, " ")
+	tail, _, _ = strings.Cut(tail, "\n")
+	tail += "\n"
 	cut, err := time.Parse(time.RFC3339, stamp)
 	if !ok || err != nil || cut.Before(before) || cut.After(after) || tail != "(more than 48h0m0s ago)\n" {
 		t.Errorf("acemq-flow purge --published-retention 48h printed %q; want the cut-off, now less 48h, in RFC 3339, then (more than 48h0m0s ago)", out)
