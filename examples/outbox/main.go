@@ -2,10 +2,13 @@
 // would do it: each order is saved with the message that announces it in one
 // transaction, so one commit decides both. `acemq-flow relay` then publishes
 // the committed messages; a rolled-back order is never announced, and a
-// committed one always is.
+// committed one always is. With --remind-in, the same transaction also
+// schedules a payment reminder for later: an outbox record with a
+// DeliverAt, which the relay puts into the delay ladder and a runtime
+// delivers when due.
 //
 //	acemq-flow migrate --store sqlite:shop.db
-//	ACEMQ_STORE_URL=sqlite:shop.db go run ./examples/outbox --count 10 --rollback-every 3
+//	ACEMQ_STORE_URL=sqlite:shop.db go run ./examples/outbox --count 10 --rollback-every 3 --remind-in 1m
 //	acemq-flow relay --store sqlite:shop.db
 //
 // It works on the store ACEMQ_STORE_URL names: sqlite:PATH (the default,
@@ -25,6 +28,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -54,6 +58,8 @@ type options struct {
 	count, rollbackEvery int
 	exchange, routingKey string
 	customer             string
+	remindIn             time.Duration // 0: no reminders
+	remindKey            string
 }
 
 func run(ctx context.Context, args []string, storeURL string, stdout, stderr io.Writer) int {
@@ -65,7 +71,13 @@ func run(ctx context.Context, args []string, storeURL string, stdout, stderr io.
 	fs.StringVar(&o.exchange, "exchange", "", "exchange the announcements go to ('' is the default exchange)")
 	fs.StringVar(&o.routingKey, "routing-key", "orders.placed", "routing key of the announcements (the queue name for the default exchange)")
 	fs.StringVar(&o.customer, "customer", "c-1", "customer placing the orders")
+	fs.DurationVar(&o.remindIn, "remind-in", 0, "also schedule a payment reminder this long after each order, in the same transaction (0: none)")
+	fs.StringVar(&o.remindKey, "remind-key", "orders.remind", "routing key of the reminders, on --exchange")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if o.remindIn < 0 {
+		fmt.Fprintf(stderr, "outbox: --remind-in must be 0 (no reminders) or positive, not %s\n", o.remindIn)
 		return 2
 	}
 	if storeURL == "" {
@@ -78,6 +90,9 @@ func run(ctx context.Context, args []string, storeURL string, stdout, stderr io.
 	}
 	fmt.Fprintf(stderr, "placed %d orders: %d committed and announced through the outbox, %d rolled back and never announced\n",
 		committed+rolledBack, committed, rolledBack)
+	if o.remindIn > 0 {
+		fmt.Fprintf(stderr, "each committed order has a payment reminder due %s after it (routing key %q), delivered by a runtime through the delay ladder\n", o.remindIn, o.remindKey)
+	}
 	return 0
 }
 
@@ -179,9 +194,45 @@ func announcement(ord Order, o options) (stores.OutboxRecord, error) {
 	}, nil
 }
 
-// placeOrderSQLite saves ord and its announcement in one transaction.
-func placeOrderSQLite(ctx context.Context, db *sql.DB, ord Order, o options, rollback bool) error {
+// reminder is the outbox record that reminds the customer to pay for ord,
+// o.remindIn from now: DeliverAt makes the relay publish it into the delay
+// ladder, addressed to o.exchange and o.remindKey, and the runtime that
+// consumes the ladder delivers it then, never early. Written in the order's
+// transaction, it is scheduled if and only if the order is saved.
+func reminder(ord Order, o options, now time.Time) (stores.OutboxRecord, error) {
+	body, err := json.Marshal(ord)
+	if err != nil {
+		return stores.OutboxRecord{}, err
+	}
+	return stores.OutboxRecord{
+		Exchange:    o.exchange,
+		RoutingKey:  o.remindKey,
+		Body:        body,
+		ContentType: "application/json",
+		DeliverAt:   now.Add(o.remindIn),
+		Properties: stores.Properties{
+			MessageID:    ord.ID + "-remind",
+			Type:         "order.remind",
+			DeliveryMode: 2,
+			Headers:      map[string]any{"x-customer": ord.Customer},
+		},
+	}, nil
+}
+
+// records are the outbox records of ord: its announcement and, with
+// --remind-in, its reminder.
+func records(ord Order, o options) ([]stores.OutboxRecord, error) {
 	rec, err := announcement(ord, o)
+	if err != nil || o.remindIn == 0 {
+		return []stores.OutboxRecord{rec}, err
+	}
+	later, err := reminder(ord, o, time.Now())
+	return []stores.OutboxRecord{rec, later}, err
+}
+
+// placeOrderSQLite saves ord and its records in one transaction.
+func placeOrderSQLite(ctx context.Context, db *sql.DB, ord Order, o options, rollback bool) error {
+	recs, err := records(ord, o)
 	if err != nil {
 		return err
 	}
@@ -194,9 +245,11 @@ func placeOrderSQLite(ctx context.Context, db *sql.DB, ord Order, o options, rol
 		ord.ID, ord.Customer, ord.TotalCents); err != nil {
 		return err
 	}
-	// The same transaction: the record exists if and only if the order does.
-	if _, err := (sqlite.Outbox{}).Add(ctx, tx, rec); err != nil {
-		return err
+	// The same transaction: the records exist if and only if the order does.
+	for _, rec := range recs {
+		if _, err := (sqlite.Outbox{}).Add(ctx, tx, rec); err != nil {
+			return err
+		}
 	}
 	if rollback {
 		return errRolledBack
@@ -206,7 +259,7 @@ func placeOrderSQLite(ctx context.Context, db *sql.DB, ord Order, o options, rol
 
 // placeOrderPostgres is placeOrderSQLite on PostgreSQL.
 func placeOrderPostgres(ctx context.Context, pool *pgxpool.Pool, ord Order, o options, rollback bool) error {
-	rec, err := announcement(ord, o)
+	recs, err := records(ord, o)
 	if err != nil {
 		return err
 	}
@@ -215,8 +268,10 @@ func placeOrderPostgres(ctx context.Context, pool *pgxpool.Pool, ord Order, o op
 			ord.ID, ord.Customer, ord.TotalCents); err != nil {
 			return err
 		}
-		if _, err := (postgres.Outbox{}).Add(ctx, tx, rec); err != nil {
-			return err
+		for _, rec := range recs {
+			if _, err := (postgres.Outbox{}).Add(ctx, tx, rec); err != nil {
+				return err
+			}
 		}
 		if rollback {
 			return errRolledBack // BeginFunc rolls back

@@ -4,12 +4,17 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/acemq/acemq-flow/runtime"
+	"github.com/acemq/acemq-flow/runtime/plan"
 	"github.com/acemq/acemq-flow/runtime/relay"
 	"github.com/acemq/acemq-flow/stores"
 	"github.com/acemq/acemq-flow/stores/storeurl"
@@ -153,4 +158,121 @@ func committedIndex(i, k int) int {
 		}
 	}
 	return n
+}
+
+// TestOutboxExampleRemindsThroughTheLadder places orders with --remind-in
+// 3s and runs a runtime (as `acemq-flow run`, which delivers what is due
+// in the delay ladder) beside the relay: the announcements arrive at once,
+// and each reminder arrives through the ladder, never before its
+// deliver_at, once. The real 1 s ladder, on a vhost of the test's own.
+func TestOutboxExampleRemindsThroughTheLadder(t *testing.T) {
+	for _, kind := range []string{"sqlite", "postgres"} {
+		t.Run(kind, func(t *testing.T) {
+			amqpURL := testenv.VHost(t)
+			ch := testenv.ConfirmedChannel(t, amqpURL)
+			for _, q := range []string{"orders.placed", "orders.remind"} {
+				if _, err := ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			placed, reminders := consume(t, amqpURL, "orders.placed"), consume(t, amqpURL, "orders.remind")
+			u := migrated(t, kind)
+			ids := place(t, u, "--count", "3", "--remind-in", "3s")
+
+			set, err := storeurl.Open(t.Context(), u, stores.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer set.Close()
+			recs, err := set.ListPending(t.Context(), 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			due := map[string]time.Time{}
+			for _, r := range recs {
+				if !r.DeliverAt.IsZero() {
+					due[r.Properties.MessageID] = r.DeliverAt
+				}
+			}
+			if len(recs) != 6 || len(due) != 3 {
+				t.Fatalf("3 orders with reminders wrote %d records, %d with a deliver_at; want 6 and 3", len(recs), len(due))
+			}
+
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			rt, err := runtime.New(&plan.Plan{}, runtime.Options{AMQPURL: amqpURL, Delays: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ran := make(chan error, 1)
+			go func() { ran <- rt.Run(ctx) }()
+			relayed := make(chan error, 1)
+			go func() { relayed <- relay.Run(ctx, amqpURL, set, relay.Options{Poll: 10 * time.Millisecond}) }()
+
+			announced := receiveIDs(t, placed, len(ids))
+			if slices.Sort(announced); !slices.Equal(announced, slices.Sorted(slices.Values(ids))) {
+				t.Errorf("announcements %v, want the orders %v", announced, ids)
+			}
+			got := map[string]bool{}
+			timeout := time.After(60 * time.Second)
+			for len(got) < len(ids) {
+				select {
+				case d := <-reminders:
+					arrived := time.Now()
+					want, ok := due[d.MessageId]
+					switch {
+					case !ok || got[d.MessageId]:
+						t.Errorf("reminder %q arrived, want each of %v once", d.MessageId, slices.Sorted(maps.Keys(due)))
+					case arrived.Before(want):
+						t.Errorf("reminder %s due at %s arrived at %s: early", d.MessageId, want.Format(time.RFC3339Nano), arrived.Format(time.RFC3339Nano))
+					}
+					got[d.MessageId] = true
+				case <-timeout:
+					t.Fatalf("%d of %d reminders arrived within 60s", len(got), len(ids))
+				}
+			}
+			cancel()
+			if err := <-relayed; err != nil {
+				t.Errorf("relay.Run: %v", err)
+			}
+			if err := <-ran; err != nil {
+				t.Errorf("runtime.Run: %v", err)
+			}
+		})
+	}
+}
+
+// consume delivers queue's messages (acknowledged) until the test ends.
+func consume(t *testing.T, url, queue string) <-chan amqp.Delivery {
+	t.Helper()
+	c, err := amqp.Dial(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	ch, err := c.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dels, err := ch.Consume(queue, "", true, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dels
+}
+
+// receiveIDs takes n deliveries' message ids, failing after 30s.
+func receiveIDs(t *testing.T, dels <-chan amqp.Delivery, n int) []string {
+	t.Helper()
+	var out []string
+	timeout := time.After(30 * time.Second)
+	for len(out) < n {
+		select {
+		case d := <-dels:
+			out = append(out, d.MessageId)
+		case <-timeout:
+			t.Fatalf("%d of %d messages arrived within 30s", len(out), n)
+		}
+	}
+	return out
 }
