@@ -176,7 +176,8 @@ func newSagasUnresolvedCmd(s streams) *cobra.Command {
 		Long: `Report the saga instances that ended unresolved, newest first: a compensation
 failed for good (or a completed step has no compensate handler), so effects
 happened and were not undone, and a person has to undo them. Each is listed
-with those steps and why each was not undone.
+with those steps and why each was not undone; then how many instances are
+compensating now, which may end unresolved too.
 
 Exit status: 0 and "no unresolved saga instances" when there is none; 1 when
 there is any (after printing them), so that a cron job or a CI step can run it
@@ -198,10 +199,16 @@ Environment: ACEMQ_STORE_URL (--store).`,
 			if err != nil {
 				return failed("count the saga instances in %s: %v", redactStore(sf.store), err)
 			}
-			var total int64
+			var total, compensating int64
 			for _, c := range counts {
-				if c.State == stores.SagaUnresolved && (saga == "" || c.Saga == saga) {
+				if saga != "" && c.Saga != saga {
+					continue
+				}
+				switch c.State {
+				case stores.SagaUnresolved:
 					total += c.Instances
+				case stores.SagaCompensating:
+					compensating += c.Instances
 				}
 			}
 			insts, err := set.ListSagas(cmd.Context(), stores.SagaFilter{Saga: saga, State: stores.SagaUnresolved, Limit: limit, Newest: true})
@@ -209,7 +216,7 @@ Environment: ACEMQ_STORE_URL (--store).`,
 				return failed("list the unresolved saga instances in %s: %v", redactStore(sf.store), err)
 			}
 			if sf.format == "json" {
-				doc := sagaUnresolvedJSON{Unresolved: total, Instances: []sagaDetailJSON{}}
+				doc := sagaUnresolvedJSON{Unresolved: total, Compensating: compensating, Instances: []sagaDetailJSON{}}
 				for _, inst := range insts {
 					doc.Instances = append(doc.Instances, sagaDetail(inst))
 				}
@@ -217,7 +224,7 @@ Environment: ACEMQ_STORE_URL (--store).`,
 					return err
 				}
 			} else {
-				renderSagaUnresolved(s.out, insts, total)
+				renderSagaUnresolved(s.out, insts, total, compensating)
 			}
 			if total > 0 || len(insts) > 0 {
 				return silent1
@@ -365,8 +372,9 @@ func sagaDetail(inst stores.SagaInstance) sagaDetailJSON {
 }
 
 type sagaUnresolvedJSON struct {
-	Unresolved int64            `json:"unresolved"` // all of them, --limit or not
-	Instances  []sagaDetailJSON `json:"instances"`
+	Unresolved   int64            `json:"unresolved"`   // all of them, --limit or not
+	Compensating int64            `json:"compensating"` // not ended yet: they may end unresolved
+	Instances    []sagaDetailJSON `json:"instances"`
 }
 
 // sagaTime is how the text output writes a time: RFC 3339 UTC, to the
@@ -500,23 +508,30 @@ func writeNotUndone(w io.Writer, inst stores.SagaInstance, names []string, inden
 }
 
 // renderSagaUnresolved writes the unresolved instances, each with the
-// steps a person has to undo.
-func renderSagaUnresolved(w io.Writer, insts []stores.SagaInstance, total int64) {
+// steps a person has to undo, and how many are compensating still: those
+// may end unresolved too.
+func renderSagaUnresolved(w io.Writer, insts []stores.SagaInstance, total, compensating int64) {
 	if total == 0 && len(insts) == 0 {
 		fmt.Fprintln(w, "no unresolved saga instances")
-		return
+	} else {
+		noun := "instances"
+		if total == 1 {
+			noun = "instance"
+		}
+		fmt.Fprintf(w, "%d unresolved saga %s: effects happened and were not undone; a person has to undo them\n", total, noun)
+		for _, inst := range insts {
+			fmt.Fprintf(w, "\n%s  saga %s  ended %s\n", esc(inst.ID), esc(inst.Saga), sagaTime(inst.EndedAt))
+			writeNotUndone(w, inst, summaryOf(inst).NotUndone, "  not undone: ")
+		}
+		if int64(len(insts)) < total {
+			fmt.Fprintf(w, "\nthe newest %d shown; --limit 0 lists all\n", len(insts))
+		}
+		fmt.Fprintln(w, "\n`acemq-flow sagas show ID` shows an instance's steps and compensations")
 	}
-	noun := "instances"
-	if total == 1 {
-		noun = "instance"
+	switch {
+	case compensating == 1:
+		fmt.Fprintln(w, "1 instance is compensating now and may end unresolved too: `acemq-flow sagas list --state compensating`")
+	case compensating > 1:
+		fmt.Fprintf(w, "%d instances are compensating now and may end unresolved too: `acemq-flow sagas list --state compensating`\n", compensating)
 	}
-	fmt.Fprintf(w, "%d unresolved saga %s: effects happened and were not undone; a person has to undo them\n", total, noun)
-	for _, inst := range insts {
-		fmt.Fprintf(w, "\n%s  saga %s  ended %s\n", esc(inst.ID), esc(inst.Saga), sagaTime(inst.EndedAt))
-		writeNotUndone(w, inst, summaryOf(inst).NotUndone, "  not undone: ")
-	}
-	if int64(len(insts)) < total {
-		fmt.Fprintf(w, "\nthe newest %d shown; --limit 0 lists all\n", len(insts))
-	}
-	fmt.Fprintln(w, "\n`acemq-flow sagas show ID` shows an instance's steps and compensations")
 }

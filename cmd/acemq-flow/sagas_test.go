@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -252,7 +253,7 @@ func TestSagasOnAnEmptyStore(t *testing.T) {
 				{[]string{"list", "--saga", "place-order"}, 0, "no saga instances of saga \"place-order\"\n"},
 				{[]string{"list", "--format", "json"}, 0, "{\n  \"instances\": [],\n  \"more\": false\n}\n"},
 				{[]string{"unresolved"}, 0, "no unresolved saga instances\n"},
-				{[]string{"unresolved", "--format", "json"}, 0, "{\n  \"unresolved\": 0,\n  \"instances\": []\n}\n"},
+				{[]string{"unresolved", "--format", "json"}, 0, "{\n  \"unresolved\": 0,\n  \"compensating\": 0,\n  \"instances\": []\n}\n"},
 			} {
 				args := append(append([]string{"sagas"}, tc.args...), "--store", url)
 				out, errOut, code := cli(t, args...)
@@ -328,6 +329,28 @@ func TestSagasEscapeWhatTheStoreHolds(t *testing.T) {
 		out, errOut, _ := cli(t, append(append([]string{"sagas"}, args...), "--store", url)...)
 		if strings.ContainsAny(out, "\x1b\a") || !strings.Contains(out, `ord-\u001b[2J`) {
 			t.Errorf("sagas %s printed a raw escape sequence or no escaped id:\n%q\nstderr: %s", args[0], out, errOut)
+		}
+	}
+}
+
+// TestReadmeShowsTheSagasGoldens: the README's sample output of the sagas
+// commands is the goldens', so that it changes with them.
+func TestReadmeShowsTheSagasGoldens(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range []struct{ cmd, golden string }{
+		{"$ acemq-flow sagas list --store postgres://acemq@db/acemq\n", "list.txt"},
+		{"$ acemq-flow sagas show ord-1004\n", "show-unresolved.txt"},
+		{"$ acemq-flow sagas unresolved\n", "unresolved.txt"},
+	} {
+		out, err := os.ReadFile(filepath.Join("testdata/sagas", g.golden+".golden"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(readme), g.cmd+string(out)+"```") {
+			t.Errorf("README.md lacks %q followed by testdata/sagas/%s.golden; copy the golden there", strings.TrimSpace(g.cmd), g.golden)
 		}
 	}
 }
