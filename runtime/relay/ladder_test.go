@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/acemq/acemq-flow/runtime/plan"
 	"github.com/acemq/acemq-flow/runtime/scheduler"
 	"github.com/acemq/acemq-flow/stores"
+	"github.com/acemq/acemq-flow/stores/memory"
 	"github.com/acemq/acemq-flow/stores/storetest"
 	"github.com/acemq/acemq-flow/test/testenv"
 )
@@ -236,5 +238,111 @@ func TestRelayDeliverAtTheLadderCannotTakeFailsWithTheReason(t *testing.T) {
 				return nil
 			})
 		})
+	}
+}
+
+// capturePublisher confirms every publish at once and keeps what it was
+// given.
+type capturePublisher struct {
+	mu   sync.Mutex
+	msgs map[string]broker.Message // by message id
+}
+
+func (c *capturePublisher) PublishFunc(_ context.Context, msg broker.Message, done func(error)) error {
+	c.mu.Lock()
+	c.msgs[msg.Publishing.MessageId] = msg
+	c.mu.Unlock()
+	done(nil)
+	return nil
+}
+
+// countingLadder counts declarations of the ladder and checks they name
+// all of it.
+type countingLadder struct {
+	mu        sync.Mutex
+	checks    int
+	declares  int
+	exchanges int
+}
+
+func (l *countingLadder) CheckDrift(context.Context, []broker.Exchange, []broker.Queue) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.checks++
+	return nil
+}
+
+func (l *countingLadder) Declare(_ context.Context, xs []broker.Exchange, _ []broker.Queue, _ []broker.Binding) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.declares++
+	l.exchanges = len(xs)
+	return nil
+}
+
+// TestRelayAddressesARecordDueLaterToTheLadder, with no broker: a record
+// due in 5 s is published to the exchange of the level of its highest
+// digit with its delay as the routing key, its destination and due time in
+// the ladder's headers, its own headers and properties kept but for the
+// expiration; one due in half a second goes straight to `.due`; records due
+// already go to their exchange unchanged; and the ladder is declared once,
+// checked for drift first, however many records need it.
+func TestRelayAddressesARecordDueLaterToTheLadder(t *testing.T) {
+	st, err := memory.Open(stores.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	in5s := reminder("in-5s", now.Add(5*time.Second))
+	in5s.Properties.Expiration = "60000"
+	recs := []stores.OutboxRecord{in5s, reminder("in-half-a-second", now.Add(500*time.Millisecond)),
+		reminder("past", now.Add(-time.Second)), reminder("now", time.Time{})}
+	tx := st.Begin()
+	for _, r := range recs {
+		if _, err := st.Outbox().Add(t.Context(), tx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	pub := &capturePublisher{msgs: map[string]broker.Message{}}
+	ladder := &countingLadder{}
+	ws := watch(st)
+	r, err := New(ws, pub, Options{Poll: time.Millisecond, Ladder: ladder})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runRelay(t, r)
+	waitMarked(t, ws.marked, len(recs))
+
+	m := pub.msgs["in-5s"]
+	wantKey := strings.Repeat("0.", plan.LadderLevels-3) + "1.0.1"
+	if m.Exchange != plan.LadderExchange(2) || m.RoutingKey != wantKey {
+		t.Errorf("record due in 5 s published to %q with key %q, want %q with %q", m.Exchange, m.RoutingKey, plan.LadderExchange(2), wantKey)
+	}
+	h := decide.Table(m.Publishing.Headers)
+	if ex, key := decide.HeaderText(h[plan.HeaderDeliverExchange]), decide.HeaderText(h[plan.HeaderDeliverRoutingKey]); ex != "billing" || key != "remind" {
+		t.Errorf("record due in 5 s: destination headers %q %q, want billing remind", ex, key)
+	}
+	if got, want := decide.HeaderText(h[plan.HeaderDueAt]), decide.FormatDueAt(now.Add(5*time.Second)); got < want {
+		t.Errorf("record due in 5 s: %s = %s, want at or after its deliver_at %s", plan.HeaderDueAt, got, want)
+	}
+	if h["x-tenant"] != "acme" || m.Publishing.Expiration != "" || string(m.Publishing.Body) != string(in5s.Body) || m.Publishing.ContentType != "application/json" {
+		t.Errorf("record due in 5 s: x-tenant %v, expiration %q, body %q, content type %q; want its header, body and content type kept and no expiration (it would leave a level early)",
+			h["x-tenant"], m.Publishing.Expiration, m.Publishing.Body, m.Publishing.ContentType)
+	}
+	if m := pub.msgs["in-half-a-second"]; m.Exchange != "" || m.RoutingKey != plan.DueQueue || m.Publishing.Headers[plan.HeaderDeliverExchange] != "billing" {
+		t.Errorf("record due in half a second published to %q with key %q, destination %v; want the default exchange, key %s, destination billing",
+			m.Exchange, m.RoutingKey, m.Publishing.Headers[plan.HeaderDeliverExchange], plan.DueQueue)
+	}
+	for _, id := range []string{"past", "now"} {
+		m := pub.msgs[id]
+		if _, delayed := m.Publishing.Headers[plan.HeaderDueAt]; m.Exchange != "billing" || m.RoutingKey != "remind" || delayed {
+			t.Errorf("record %s published to %q with key %q (headers %v), want billing remind, no ladder header", id, m.Exchange, m.RoutingKey, m.Publishing.Headers)
+		}
+	}
+	if ladder.checks != 1 || ladder.declares != 1 || ladder.exchanges != plan.LadderLevels+1 {
+		t.Errorf("ladder checked %d and declared %d times with %d exchanges, want once each, with the %d levels and %s", ladder.checks, ladder.declares, ladder.exchanges, plan.LadderLevels, plan.DeadLetterExchange)
 	}
 }
