@@ -3,9 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/acemq/acemq-flow/stores"
 	"github.com/acemq/acemq-flow/test/queuetest"
@@ -83,4 +87,64 @@ func TestRelayCommandErrors(t *testing.T) {
 			t.Errorf("relay to an unreachable broker: exit %d (want 1), stderr:\n%s", code, errb.String())
 		}
 	})
+}
+
+// TestRunRelayDeliversARecordDueLaterThroughTheLadder: `run --relay`, on a
+// broker of its own, relays an outbox record due in 3 s into the delay
+// ladder and delivers it when due (the runtime consumes the ladder's due
+// queue), never early, while a record with no deliver_at arrives at once
+// with no ladder header. The real 1 s ladder.
+func TestRunRelayDeliversARecordDueLaterThroughTheLadder(t *testing.T) {
+	amqpURL := testenv.VHost(t)
+	ch := testenv.ConfirmedChannel(t, amqpURL)
+	if _, err := ch.QueueDeclare("reminders", true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
+		t.Fatal(err)
+	}
+	dels, err := ch.Consume("reminders", "", true, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, st := migratedSQLite(t)
+	due := time.Now().Add(3 * time.Second)
+	addRecord(t, st, stores.OutboxRecord{RoutingKey: "reminders", Body: []byte(`{"invoice":7}`), DeliverAt: due, Properties: stores.Properties{MessageID: "later"}})
+	addRecord(t, st, stores.OutboxRecord{RoutingKey: "reminders", Body: []byte(`{"invoice":8}`), Properties: stores.Properties{MessageID: "now"}})
+
+	// A flow with nothing of its own: the runtime runs only the relay and
+	// the ladder's due consumer.
+	flow := filepath.Join(t.TempDir(), "empty.yaml")
+	if err := os.WriteFile(flow, []byte("version: acemq.flow/v1\nname: empty\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out bytes.Buffer
+	var errb lockedBuffer
+	code := make(chan int, 1)
+	go func() {
+		code <- run(ctx, []string{"run", "--store", store, "--amqp", amqpURL, "--admin", "", "--relay", flow}, strings.NewReader(""), &out, &errb)
+	}()
+	for _, want := range []string{"now", "later"} {
+		select {
+		case d := <-dels:
+			arrived := time.Now()
+			_, delayed := d.Headers["x-acemq-due-at"]
+			switch {
+			case d.MessageId != want:
+				t.Fatalf("message %q arrived, want %q (the record with no deliver_at first)", d.MessageId, want)
+			case want == "now" && delayed:
+				t.Errorf("the record with no deliver_at arrived with x-acemq-due-at %v; want it published straight to its queue", d.Headers["x-acemq-due-at"])
+			case want == "later" && (!delayed || arrived.Before(due)):
+				t.Errorf("the record due at %s arrived at %s with x-acemq-due-at %v; want it through the ladder, never early",
+					due.Format(time.RFC3339Nano), arrived.Format(time.RFC3339Nano), d.Headers["x-acemq-due-at"])
+			}
+		case c := <-code:
+			t.Fatalf("run exited %d before the records arrived\nstderr: %s", c, errb.String())
+		case <-time.After(60 * time.Second):
+			t.Fatalf("message %q did not arrive within 60s\nstderr: %s", want, errb.String())
+		}
+	}
+	cancel()
+	if c := <-code; c != 0 {
+		t.Errorf("run --relay after its context ended: exit %d, want 0\nstderr: %s", c, errb.String())
+	}
 }
