@@ -54,6 +54,7 @@ type group struct {
 	publisher func(exchange string) publisher
 	gate      *claimGate // nil unless the consumer is idempotent
 	route     []string   // the pipeline's declared route, for steps
+	saga      *sagaCall  // nil unless the consumer serves a saga
 
 	counts   map[string]*atomic.Int64
 	inflight atomic.Int64
@@ -113,6 +114,9 @@ func (r *Runtime) newGroup(c *plan.Consumer) *group {
 	}
 	if c.Idempotent && r.opts.Store != nil {
 		g.gate = newClaimGate(r.opts.Store, c.ID, r.opts.ClaimTimeout, r.log)
+	}
+	if c.Saga != "" {
+		g.saga = g.newSagaCall()
 	}
 	g.step = g.steps()
 	g.publisher = func(exchange string) publisher { return r.publisherFor(exchange) }

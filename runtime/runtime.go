@@ -71,6 +71,10 @@ type Options struct {
 	// LadderUnit is for tests only: what one second of the ladder is (a
 	// whole number of milliseconds; see plan.Ladder). 0 is the real 1 s.
 	LadderUnit time.Duration
+	// Sagas is the store the plan's sagas keep their instances in;
+	// required, with Store, when the plan has sagas. `acemq-flow run`
+	// passes the store it opened (--store) as both.
+	Sagas stores.Sagas
 	// Schedules is the store the plan's schedules claim their ticks in,
 	// writing each firing to its outbox; required when the plan has
 	// schedules. The caller runs the outbox relay on it (runtime/relay;
@@ -133,6 +137,9 @@ func New(pl *plan.Plan, opts Options) (*Runtime, error) {
 	if opts.Name == "" {
 		opts.Name = "acemq-flow"
 	}
+	if err := checkSagas(pl, opts); err != nil {
+		return nil, err
+	}
 	for _, c := range pl.Consumers {
 		if c.Idempotent && opts.Store == nil {
 			return nil, fmt.Errorf("%s: consumer %q is idempotent, but no idempotency store is configured; run with --store", c.At, c.ID)
@@ -165,18 +172,9 @@ func New(pl *plan.Plan, opts Options) (*Runtime, error) {
 
 // Supported returns an error wrapping plan.ErrUnsupported, naming each
 // feature and its position, when pl uses parts of the format this runtime
-// does not run yet (sagas), and nil otherwise.
-// New calls it; the CLI calls it first too, before opening anything.
-func Supported(pl *plan.Plan) error {
-	var unsupported []string
-	for _, s := range pl.Sagas {
-		unsupported = append(unsupported, fmt.Sprintf("%s: saga %q (sagas are %s)", s.At, s.Name, plan.ErrUnsupported))
-	}
-	if len(unsupported) > 0 {
-		return fmt.Errorf("%w; remove these or run them elsewhere:\n  %s", plan.ErrUnsupported, strings.Join(unsupported, "\n  "))
-	}
-	return nil
-}
+// does not run. Every part of the format runs now: it returns nil. New
+// calls it; the CLI calls it first too, before opening anything.
+func Supported(*plan.Plan) error { return nil }
 
 // Ready reports whether the topology is applied, the consumers run and both
 // connections are up.
@@ -655,8 +653,8 @@ func (r *Runtime) pluginOf(c *plan.Consumer) plan.Plugin {
 // command, args, env and folder, unless an in-process handler replaces it,
 // and checks that the handler exists there.
 func (r *Runtime) ensurePlugin(ctx context.Context, c *plan.Consumer) error {
-	if _, ok := r.opts.Handlers[c.Handler]; ok {
-		return nil
+	if _, ok := r.opts.Handlers[c.Handler]; ok || c.Handler == "" {
+		return nil // in process, or no handler at all (a saga's timeout)
 	}
 	p := r.pluginOf(c)
 	key := pluginKey(p)
@@ -702,6 +700,11 @@ func (r *Runtime) pluginRestarts() map[string]int64 {
 func (r *Runtime) callerFor(c *plan.Consumer) (func(ctx context.Context, req Request) (decide.Result, error), time.Duration) {
 	if h, ok := r.opts.Handlers[c.Handler]; ok {
 		return h, 0
+	}
+	if c.Handler == "" {
+		return func(context.Context, Request) (decide.Result, error) {
+			return decide.Result{}, fmt.Errorf("%w: consumer %q has no handler to call", decide.ErrFatal, c.ID)
+		}, 0
 	}
 	p := r.pluginOf(c)
 	key := pluginKey(p)

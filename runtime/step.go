@@ -12,7 +12,8 @@ import (
 // that the exchanges a decision publishes to exist (step_destination.go),
 // the delay ladder for what goes to a step with a delay (step_delay.go),
 // the claim gate of an idempotent consumer (step_claim.go), and the call
-// with its timeout (step_call.go). A wrapper does its part and either decides the
+// with its timeout (step_call.go), or, for a saga's consumer, the saga
+// wrapper around it (step_saga.go). A wrapper does its part and either decides the
 // delivery itself (a bad payload is dead-lettered, a duplicate
 // acknowledged) or calls the next one. What a delivery needs later, once
 // the decision is carried out, travels in its delivery value.
@@ -30,6 +31,9 @@ type stepFunc func(ctx context.Context, d *delivery) decide.Decision
 // steps builds the group's step, outermost wrapper first.
 func (g *group) steps() stepFunc {
 	step := g.callStep()
+	if g.saga != nil {
+		step = g.sagaStep()
+	}
 	if g.gate != nil {
 		step = g.claimStep(step)
 	}

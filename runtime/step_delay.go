@@ -38,8 +38,11 @@ func delayedSteps(pl *plan.Plan) map[delayTarget]time.Duration {
 	return out
 }
 
-// usesLadder reports whether pl needs the delay ladder: a step has a delay.
-func usesLadder(pl *plan.Plan) bool { return len(delayedSteps(pl)) > 0 }
+// usesLadder reports whether pl needs the delay ladder: a step has a
+// delay, or a saga a timeout.
+func usesLadder(pl *plan.Plan) bool {
+	return len(delayedSteps(pl)) > 0 || slices.ContainsFunc(pl.Sagas, func(s plan.Saga) bool { return s.Timeout > 0 })
+}
 
 // withLadder is pl with the delay ladder's topology (plan.Ladder) added, so
 // that it is declared, checked and drift-reported as the flows' own

@@ -9,6 +9,7 @@ import (
 
 	"github.com/acemq/acemq-flow/runtime/decide"
 	"github.com/acemq/acemq-flow/runtime/plan"
+	"github.com/acemq/acemq-flow/runtime/wire"
 	"github.com/acemq/acemq-flow/stores"
 )
 
@@ -22,8 +23,24 @@ import (
 // the write and before the publish is healed by the redelivery: decide
 // sends again what the write sent, with the same id.
 //
-// It is not yet part of a group's chain: the plan has no consumers for
-// saga steps and `run` refuses sagas (Supported).
+// In a group's chain it is the innermost step, inside the claim gate (saga
+// consumers are idempotent: a copy of a message that arrives while the
+// first is handled waits for it, then is a duplicate):
+// checkStep(destinationStep(delayStep(claimStep(sagaStep)))).
+//
+// A saga with a timeout: before the handler of an instance's first step to
+// run is called (no step completed yet, on every delivery of that message,
+// so that a crash before the publish is healed by the redelivery), the
+// timeout's message goes into the delay ladder, due at the instance's start
+// plus the timeout (decide.SagaTimeoutMessage; one id per instance). When it
+// arrives for an instance still running, the step it is at is failed for
+// good and the completed steps are compensated in reverse; for an instance
+// compensating or ended it is a duplicate. A handler still running when
+// the timeout is recorded finds, when it ends, an instance that moved on:
+// its write is refused as stale, it reads the instance again, and its
+// result is a duplicate, not recorded, so its step is not compensated (the
+// plugin's call timeout bounds how long that window is; keep it well under
+// the saga's timeout).
 
 // sagaStore is what the saga wrapper needs of the store.
 type sagaStore interface {
@@ -40,6 +57,9 @@ type sagaCall struct {
 	store sagaStore
 	call  func(ctx context.Context, req Request) (decide.Result, error)
 	now   func() time.Time
+	// publishTimeout puts an instance's timeout message in the delay
+	// ladder, confirmed; nil for a saga without a timeout.
+	publishTimeout func(ctx context.Context, m decide.Message, due time.Time) error
 }
 
 // sagaStaleTries bounds how often one delivery reads the instance again
@@ -50,6 +70,9 @@ const sagaStaleTries = 3
 // step decides what one delivery to the saga consumer does.
 func (sc *sagaCall) step(ctx context.Context, d *delivery) decide.Decision {
 	in := d.in
+	if sc.c.Kind == plan.KindSagaTimeout {
+		return sc.timedOut(ctx, in)
+	}
 	id, start := decide.SagaInstanceID(in)
 	compensation := sc.c.Queue == plan.CompensateQueue(sc.saga.Name, sc.c.Step)
 	for range sagaStaleTries {
@@ -83,6 +106,15 @@ func (sc *sagaCall) step(ctx context.Context, d *delivery) decide.Decision {
 			return t.Decision()
 		}
 
+		if !compensation && sc.publishTimeout != nil && decide.SagaNothingDone(*inst) {
+			if m, due, ok := decide.SagaTimeoutMessage(sc.saga, *inst, now); ok {
+				if err := sc.publishTimeout(ctx, m, due); err != nil {
+					// Not run without its timeout: the delivery comes round
+					// again, and publishes it then.
+					return decide.Retry(sc.c, in, fmt.Errorf("saga %q instance %q: its timeout could not be put in the delay ladder: %w", sc.saga.Name, id, err), now, rand.Float64())
+				}
+			}
+		}
 		req := Request{Handler: sc.c.Handler, Envelope: in.Env, Payload: in.Body, Queue: sc.c.Queue, ReceivedAt: d.received,
 			Compensate: compensation}
 		if compensation {
@@ -129,6 +161,38 @@ func (sc *sagaCall) step(ctx context.Context, d *delivery) decide.Decision {
 	return sc.storeFailed(in, fmt.Errorf("saga %q instance %q: written by others %d times while this delivery was handled", sc.saga.Name, id, sagaStaleTries), sc.now())
 }
 
+// timedOut decides what the saga's timeout message does to its instance:
+// a running one compensates, any other is left as it is (decide.SagaTimedOut).
+func (sc *sagaCall) timedOut(ctx context.Context, in decide.Inbound) decide.Decision {
+	id, _ := decide.SagaInstanceID(in)
+	for range sagaStaleTries {
+		now := sc.now()
+		rec, ok, err := sc.store.GetSaga(ctx, id)
+		if err != nil {
+			return sc.storeFailed(in, err, now)
+		}
+		var inst *decide.SagaInstance
+		if ok {
+			i := sagaFromStore(rec)
+			inst = &i
+		}
+		t := decide.SagaTimeoutArrived(sc.saga, sc.c, inst, in, now)
+		if !t.Write {
+			return t.Decision()
+		}
+		next := sagaToStore(t.Instance)
+		next.Version = rec.Version
+		if _, err := sc.store.AdvanceSaga(ctx, next); err != nil {
+			if errors.Is(err, stores.ErrStaleSaga) {
+				continue
+			}
+			return sc.storeFailed(in, err, now)
+		}
+		return t.Decision()
+	}
+	return sc.storeFailed(in, fmt.Errorf("saga %q instance %q: written by others %d times while its timeout was handled", sc.saga.Name, id, sagaStaleTries), sc.now())
+}
+
 // storeFailed retries a delivery whose instance could not be read or
 // written: a failure of the store decides nothing.
 func (sc *sagaCall) storeFailed(in decide.Inbound, err error, now time.Time) decide.Decision {
@@ -156,4 +220,76 @@ func sagaFromStore(rec stores.SagaInstance) decide.SagaInstance {
 			Output: st.Output, CompletedAt: st.CompletedAt, CompensatedAt: st.CompensatedAt, Error: st.Error})
 	}
 	return out
+}
+
+// newSagaCall is the saga wrapper of group g, whose consumer serves a step,
+// a compensation or the timeout of one of the plan's sagas.
+// New has checked that the saga is in the plan (checkSagas).
+func (g *group) newSagaCall() *sagaCall {
+	r := g.r
+	s := r.plan.Saga(g.c.Saga)
+	sc := &sagaCall{saga: s, c: g.c, store: r.opts.Sagas, now: time.Now, call: g.timedCall}
+	if s.Timeout > 0 && r.ladder != nil {
+		sc.publishTimeout = func(ctx context.Context, m decide.Message, due time.Time) error {
+			now := time.Now()
+			if _, _, err := r.ladder.Delay(&m, m.Exchange, m.RoutingKey, due, now); err != nil {
+				return err
+			}
+			return g.publishNow(ctx, m)
+		}
+	}
+	return sc
+}
+
+// sagaStep is the group's step for a saga consumer: the saga wrapper.
+func (g *group) sagaStep() stepFunc {
+	return func(ctx context.Context, d *delivery) decide.Decision { return g.saga.step(ctx, d) }
+}
+
+// timedCall calls the handler under the group's timeout, when the caller
+// applies none of its own, and times it, as callStep does.
+func (g *group) timedCall(ctx context.Context, req Request) (decide.Result, error) {
+	if g.tmo > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, g.tmo)
+		defer cancel()
+	}
+	start := time.Now()
+	res, err := g.call(ctx, req)
+	g.mDuration.Observe(time.Since(start).Seconds())
+	return res, err
+}
+
+// publishNow publishes m and waits for the broker's confirm.
+func (g *group) publishNow(ctx context.Context, m decide.Message) error {
+	done := make(chan error, 1)
+	if err := g.publisher(m.Exchange).PublishFunc(ctx, wire.Publishing(m), func(err error) { done <- err }); err != nil {
+		return err
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// checkSagas refuses a plan whose sagas cannot run with opts: sagas need
+// the store their instances are kept in (Options.Sagas), and their
+// consumers, idempotent, the idempotency store; each saga consumer's saga
+// must be in the plan.
+func checkSagas(pl *plan.Plan, opts Options) error {
+	if len(pl.Sagas) == 0 {
+		return nil
+	}
+	if opts.Sagas == nil || opts.Store == nil {
+		s := pl.Sagas[0]
+		return fmt.Errorf("%s: saga %q keeps its instances in a store, and none is configured; run with --store (sqlite:PATH for one runtime, postgres://… for several)", s.At, s.Name)
+	}
+	for _, c := range pl.Consumers {
+		if c.Saga != "" && pl.Saga(c.Saga) == nil {
+			return fmt.Errorf("%s: consumer %q serves saga %q, which is not in the plan; compile the plan from the flow files", c.At, c.ID, c.Saga)
+		}
+	}
+	return nil
 }

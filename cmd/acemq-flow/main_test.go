@@ -151,12 +151,12 @@ func TestRunRefusesTimeoutsThatAreNotPositive(t *testing.T) {
 	}
 }
 
-// TestRunRefusesWhatItDoesNotRunBeforeOpeningAnything: a flow with a saga
-// and a schedule is refused, naming them, before the store is opened (a
-// missing SQLite file was the error a user saw first).
-func TestRunRefusesWhatItDoesNotRunBeforeOpeningAnything(t *testing.T) {
-	_, errOut, code := cli(t, "run", "--store", "sqlite:"+filepath.Join(t.TempDir(), "absent.db"), "../../examples/flows/place-order.yaml")
-	if code != 1 || !strings.Contains(errOut, `saga "place-order"`) || !strings.Contains(errOut, "not supported by this runtime yet") || strings.Contains(errOut, "does not exist") {
-		t.Errorf("run place-order.yaml = %d, %q; want exit 1 naming the saga as not supported, before any store", code, errOut)
+// TestRunRefusesSagasInMemoryBeforeOpeningAnything: a flow with a saga is
+// refused with memory:, which would lose its instances, naming the saga,
+// before the broker or the store is opened.
+func TestRunRefusesSagasInMemoryBeforeOpeningAnything(t *testing.T) {
+	_, errOut, code := cli(t, "run", "--store", "memory:", "--amqp", "amqp://guest:guest@127.0.0.1:1/", "../../examples/flows/place-order.yaml")
+	if code != 1 || !strings.Contains(errOut, `sagas ("place-order" first)`) || !strings.Contains(errOut, "memory: keeps nothing") || strings.Contains(errOut, "connect") {
+		t.Errorf("run --store memory: place-order.yaml = %d, %q; want exit 1 naming the saga and memory:, before any connection", code, errOut)
 	}
 }

@@ -102,6 +102,14 @@ ACEMQ_MANAGEMENT_URL (--management).`,
 				// that send --in to any running flow is delivered.
 				Delays: true}
 			var set stores.Set
+			if len(pl.Sagas) > 0 {
+				// An instance kept in memory is lost with the process: its
+				// steps' messages would then be dead-lettered as belonging
+				// to no instance (FLOW-FORMAT §5).
+				if backend, _ := storeurl.Backend(storeURL); backend == "memory" {
+					return failed("the flows have sagas (%q first), which keep their instances in a store that outlives the process and that every replica shares; memory: keeps nothing beyond this process; use --store sqlite:PATH for one runtime or postgres://… for several", pl.Sagas[0].Name)
+				}
+			}
 			if len(pl.Schedules) > 0 {
 				// Ticks kept in memory fire again in every replica and after
 				// every restart (FLOW-FORMAT §4).
@@ -119,7 +127,7 @@ ACEMQ_MANAGEMENT_URL (--management).`,
 					return failed("%v", err)
 				}
 				defer set.Close()
-				opts.Store, opts.Schedules = set, set
+				opts.Store, opts.Schedules, opts.Sagas = set, set, set
 				log.Info("store opened", "store", redactStore(storeURL))
 			}
 			rt, err := runtime.New(pl, opts)

@@ -28,11 +28,12 @@ func newSendCmd(s streams) *cobra.Command {
 		wait      time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "send [PATH...] (--pipeline|--itinerary NAME | --exchange X --routing-key K) [--data @file|-|JSON] [--in DURATION | --at TIME] [--wait DURATION]",
-		Short: "Send a message into a pipeline, an itinerary or an exchange",
+		Use:   "send [PATH...] (--pipeline|--itinerary|--saga NAME | --exchange X --routing-key K) [--data @file|-|JSON] [--in DURATION | --at TIME] [--wait DURATION]",
+		Short: "Send a message into a pipeline, an itinerary, a saga or an exchange",
 		Long: `Send a message into a pipeline (its first step, with the declared route), an
 itinerary (a slip holding only the stops whose when holds for this payload),
-or an exchange and routing key. The flows are read from PATH; without PATH,
+a saga (a new instance, whose id is the message's), or an exchange and
+routing key. The flows are read from PATH; without PATH,
 the running runtime at --admin builds the message from the flows it runs.
 
 --in and --at deliver it later, through the broker's delay ladder
@@ -42,7 +43,9 @@ has run on the broker.
 
 --wait is request/reply: it waits for the run's reply and prints its payload;
 exit 0 when the run completed or stopped, 1 when it was dead-lettered or no
-reply came in time. With --in or --at, the wait includes the delay.`,
+reply came in time. A saga's reply comes when its instance ends, its summary
+as payload: exit 0 when it completed, 1 when it was compensated or is
+unresolved. With --in or --at, the wait includes the delay.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			delay, err := parseWhen(in, at)
 			if err != nil {
@@ -52,9 +55,6 @@ reply came in time. With --in or --at, the wait includes the delay.`,
 			// wait on standard input.
 			if err := checkTarget(t, data); err != nil {
 				return err
-			}
-			if t.Saga != "" {
-				return failed("saga %q: sagas are %v", t.Saga, plan.ErrUnsupported)
 			}
 			payload, err := readData(cmd.Context(), s, data)
 			if err != nil {
@@ -113,7 +113,8 @@ reply came in time. With --in or --at, the wait includes the delay.`,
 			if len(reply.Payload) > 0 {
 				fmt.Fprintf(s.out, "%s\n", reply.Payload)
 			}
-			if reply.Outcome == "dead-lettered" {
+			switch reply.Outcome {
+			case "dead-lettered", decide.SagaCompensated, decide.SagaUnresolved:
 				return silent1
 			}
 			return nil
@@ -122,7 +123,7 @@ reply came in time. With --in or --at, the wait includes the delay.`,
 	f := cmd.Flags()
 	f.StringVar(&t.Pipeline, "pipeline", "", "send into this pipeline's first step")
 	f.StringVar(&t.Itinerary, "itinerary", "", "send with this itinerary's slip")
-	f.StringVar(&t.Saga, "saga", "", "start this saga (sagas are not supported yet)")
+	f.StringVar(&t.Saga, "saga", "", "start an instance of this saga")
 	f.StringVar(&t.Exchange, "exchange", "", "publish to this exchange")
 	f.StringVar(&t.RoutingKey, "routing-key", "", "with this routing key")
 	f.StringVar(&data, "data", "", "the payload: JSON text, @file, or - for standard input")
@@ -148,7 +149,7 @@ func checkTarget(t decide.Target, data string) error {
 	direct := t.Exchange != "" || t.RoutingKey != ""
 	switch {
 	case len(named) == 0 && !direct:
-		return usage("say where to send: --pipeline NAME, --itinerary NAME, or --exchange X with --routing-key K")
+		return usage("say where to send: --pipeline NAME, --itinerary NAME, --saga NAME, or --exchange X with --routing-key K")
 	case len(named) > 1:
 		return usage("%s cannot be used together; name one target", strings.Join(named, " and "))
 	case len(named) == 1 && direct:

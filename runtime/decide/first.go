@@ -9,8 +9,8 @@ import (
 	"github.com/acemq/acemq-flow/spec"
 )
 
-// Target says where `send` publishes: the entry of a pipeline or an
-// itinerary, or an exchange and routing key.
+// Target says where `send` publishes: the entry of a pipeline, an
+// itinerary or a saga, or an exchange and routing key.
 type Target struct {
 	Pipeline   string `json:"pipeline,omitempty"`
 	Itinerary  string `json:"itinerary,omitempty"`
@@ -22,8 +22,9 @@ type Target struct {
 // FirstMessage builds the first message of a run: a new message id that is
 // also the run's correlation id, attempt 1, first-seen now, and the route
 // (a pipeline's declared route, or an itinerary's slip holding only the
-// stops whose `when` holds for this payload). The payload is checked against
-// the entry's input type first.
+// stops whose `when` holds for this payload); a saga's goes to its first
+// step's queue and starts an instance whose id is the message's. The
+// payload is checked against the entry's input type first.
 func FirstMessage(p *plan.Plan, t Target, payload []byte, now time.Time) (Message, error) {
 	id := NewMessageID()
 	msg := Message{
@@ -77,7 +78,20 @@ func FirstMessage(p *plan.Plan, t Target, payload []byte, now time.Time) (Messag
 		msg.Headers[plan.HeaderSlip] = string(raw)
 		msg.Headers[plan.HeaderOrigin] = it.Flow
 	case t.Saga != "":
-		return msg, fmt.Errorf("saga %q: sagas are %w", t.Saga, plan.ErrUnsupported)
+		s := p.Saga(t.Saga)
+		if s == nil {
+			return msg, fmt.Errorf("no saga %q in the flows; known: %s", t.Saga, p.Names("saga"))
+		}
+		if err := checkInput(s.File, s.Input, payload); err != nil {
+			return msg, fmt.Errorf("saga %q: %w", s.Name, err)
+		}
+		// The instance's id is this message's (FLOW-FORMAT §5): it carries
+		// no x-acemq-saga-id, which the first step's consumer reads as the
+		// start of an instance.
+		msg.Exchange, msg.RoutingKey = plan.SagaExchange(s.Name), plan.SagaStepKey(s.Steps[0].Name)
+		msg.Type = s.Input
+		msg.Headers[plan.HeaderOrigin] = s.Flow
+		msg.Headers[plan.HeaderSaga] = s.Name
 	case t.Exchange != "" || t.RoutingKey != "":
 		msg.Exchange, msg.RoutingKey = t.Exchange, t.RoutingKey
 		msg.Headers[plan.HeaderOrigin] = "acemq-flow send"

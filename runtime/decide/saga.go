@@ -486,3 +486,62 @@ func cloneInstance(inst SagaInstance) SagaInstance {
 	inst.Steps = append([]SagaStepRecord(nil), inst.Steps...)
 	return inst
 }
+
+// SagaTimeoutMessage is the message that ends instance inst of saga s when
+// its timeout passes (FLOW-FORMAT §5): addressed to the saga's timeout
+// queue, due at the instance's start plus the timeout, with an id derived
+// from the instance, so that the copies published by a step's redeliveries
+// are one message to the timeout's consumer. The engine publishes it
+// through the delay ladder before the first handler of the instance runs.
+// ok is false for a saga without a timeout.
+func SagaTimeoutMessage(s *plan.Saga, inst SagaInstance, now time.Time) (m Message, due time.Time, ok bool) {
+	if s.Timeout <= 0 {
+		return Message{}, time.Time{}, false
+	}
+	started := inst.StartedAt
+	if started.IsZero() {
+		started = now
+	}
+	return Message{
+		Exchange:      plan.SagaExchange(s.Name),
+		RoutingKey:    plan.TimeoutKey,
+		MessageID:     DerivedMessageID(plan.TimeoutQueue(s.Name), inst.ID),
+		CorrelationID: inst.CorrelationID,
+		ContentType:   "application/json",
+		DeliveryMode:  Persistent,
+		Timestamp:     now.UTC().Truncate(time.Second),
+		Headers: Table{
+			plan.HeaderAttempt:   int64(1),
+			plan.HeaderFirstSeen: FormatTime(started),
+			plan.HeaderOrigin:    s.Flow,
+			plan.HeaderSaga:      s.Name,
+			plan.HeaderSagaID:    inst.ID,
+		},
+	}, started.Add(time.Duration(s.Timeout)), true
+}
+
+// SagaNothingDone reports whether no step of inst has completed yet: the
+// instance is at its first step to run, whose handler publishes the
+// timeout before it runs.
+func SagaNothingDone(inst SagaInstance) bool {
+	for _, st := range inst.Steps {
+		if st.State != SagaStepPending && st.State != SagaStepSkipped {
+			return false
+		}
+	}
+	return true
+}
+
+// SagaTimeoutArrived decides what saga s's timeout message, delivered to
+// consumer c, does to instance inst: nil inst (purged, or a message no
+// instance sent) is dead-lettered saying so; otherwise SagaTimedOut.
+func SagaTimeoutArrived(s *plan.Saga, c *plan.Consumer, inst *SagaInstance, in Inbound, now time.Time) SagaTransition {
+	id, _ := SagaInstanceID(in)
+	if inst == nil {
+		return sagaDeadLetter(c, in, fmt.Sprintf("saga %q: the timeout of instance %q, which is not in the store (purged, a store that was replaced, or a message that no instance sent); nothing was done", s.Name, id), now)
+	}
+	if inst.Saga != s.Name {
+		return sagaDeadLetter(c, in, fmt.Sprintf("saga %q: timeout for instance %q, which belongs to saga %q; nothing was done", s.Name, id, inst.Saga), now)
+	}
+	return SagaTimedOut(s, *inst, time.Duration(s.Timeout), in.Env.MessageID, now)
+}

@@ -25,8 +25,19 @@ func (p *Plan) Itinerary(name string) *Itinerary {
 	return nil
 }
 
-// Names lists the names of the plan's pipelines or itineraries (kind
-// "pipeline" or "itinerary") for an error message: "[a b]", or "none".
+// Saga returns the saga called name, or nil.
+func (p *Plan) Saga(name string) *Saga {
+	for i := range p.Sagas {
+		if p.Sagas[i].Name == name {
+			return &p.Sagas[i]
+		}
+	}
+	return nil
+}
+
+// Names lists the names of the plan's pipelines, itineraries or sagas
+// (kind "pipeline", "itinerary" or "saga") for an error message: "[a b]",
+// or "none".
 func (p *Plan) Names(kind string) string {
 	var out []string
 	switch kind {
@@ -36,6 +47,10 @@ func (p *Plan) Names(kind string) string {
 		}
 	case "itinerary":
 		for _, x := range p.Itineraries {
+			out = append(out, x.Name)
+		}
+	case "saga":
+		for _, x := range p.Sagas {
 			out = append(out, x.Name)
 		}
 	}

@@ -112,7 +112,7 @@ type Consumer struct {
 	Saga        string       `json:"saga,omitempty"`
 	Step        string       `json:"step,omitempty"`
 	Compensate  bool         `json:"compensate,omitempty"` // a saga step's compensation
-	Position    int          `json:"position,omitempty"` // index of the step in its pipeline's route
+	Position    int          `json:"position,omitempty"`   // index of the step in its pipeline's route
 	Delay       Duration     `json:"delay,omitempty"`
 	Description string       `json:"description,omitempty"`
 	Missing     string       `json:"missing_queue"` // fail | warn
@@ -604,8 +604,12 @@ func (c *compiler) saga(f *spec.Flow, s *spec.Saga) {
 		}
 		c.bindings = append(c.bindings, Binding{Exchange: SagaExchange(s.Name), Queue: queue, RoutingKey: key, Owner: id, At: at})
 		rp := c.ladder(id, queue, typ, r, true, at, f.Topology.Apply)
+		input := s.Input
+		if kind == KindSagaTimeout {
+			input = "" // its message has no payload
+		}
 		c.plan.Consumers = append(c.plan.Consumers, Consumer{
-			ID: id, Kind: kind, Flow: f.Name, Queue: queue, Handler: h.String(), Plugin: h.Plugin, Input: s.Input,
+			ID: id, Kind: kind, Flow: f.Name, Queue: queue, Handler: h.String(), Plugin: h.Plugin, Input: input,
 			Prefetch: f.Defaults.Prefetch, Concurrency: f.Defaults.Concurrency, Idempotent: true, AutoStartup: true, Retry: rp,
 			Saga: s.Name, Step: step, Compensate: compensate, Missing: f.Topology.MissingQueue, At: at, File: f,
 		})
