@@ -49,6 +49,7 @@ func RunBlobs(t *testing.T, open BlobOpener, f Features) {
 		{"concurrent puts of the same content on two handles all succeed with one key", blobConcurrentPuts},
 		{"the purge deletes blobs last put before the cut-off, and a put since keeps one", blobPurge},
 		{"a blob put on one handle reads on another", blobPeer},
+		{"a put racing a purge of the same old blob on another handle keeps the blob", blobPutRacesPurge},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, open, f) })
@@ -286,4 +287,36 @@ func blobPeer(t *testing.T, open BlobOpener, _ Features) {
 	payload := []byte("written by one replica, read by another")
 	key := putBlob(t, b.Blobs, payload)
 	wantBlob(t, b.Peer(t), key, payload)
+}
+
+func blobPutRacesPurge(t *testing.T, open BlobOpener, _ Features) {
+	b, clock := blobFixture(t, open)
+	peer := b.Peer(t)
+	const retention = time.Hour
+	for round := range 50 {
+		payload := []byte("round " + strings.Repeat("x", round))
+		key := putBlob(t, b.Blobs, payload)
+		clock.Advance(retention + time.Minute)
+		var (
+			wg       sync.WaitGroup
+			start    = make(chan struct{})
+			putErr   error
+			purgeErr error
+		)
+		wg.Go(func() {
+			<-start
+			_, putErr = b.Blobs.PutBlob(t.Context(), payload)
+		})
+		wg.Go(func() {
+			<-start
+			_, purgeErr = peer.PurgeBlobs(t.Context(), clock.Now().Add(-retention))
+		})
+		close(start)
+		wg.Wait()
+		if putErr != nil || purgeErr != nil {
+			t.Fatalf("round %d: PutBlob = %v, PurgeBlobs = %v; want both to succeed", round, putErr, purgeErr)
+		}
+		// The put returned: whichever came first, the blob is there.
+		wantBlob(t, b.Blobs, key, payload)
+	}
 }
