@@ -15,6 +15,7 @@ import (
 	"github.com/acemq/acemq-flow/runtime/decide"
 	"github.com/acemq/acemq-flow/runtime/ops"
 	"github.com/acemq/acemq-flow/runtime/plan"
+	"github.com/acemq/acemq-flow/runtime/wire"
 	"github.com/acemq/acemq-flow/spec"
 	"github.com/acemq/acemq-flow/stores"
 	"github.com/acemq/acemq-flow/stores/postgres"
@@ -137,19 +138,28 @@ func (r *sagaRig) start(t *testing.T) *runtime.Runtime {
 // send starts an instance of saga with payload and waits for its reply.
 func (r *sagaRig) send(t *testing.T, saga, payload string) (decide.Message, *ops.Reply, decide.SagaSummary) {
 	t.Helper()
-	msg, err := decide.FirstMessage(r.plan, decide.Target{Saga: saga}, []byte(payload), time.Now())
+	msg, reply, sum, err := r.trySend(t.Context(), saga, payload)
 	if err != nil {
 		t.Fatal(err)
 	}
-	reply, err := ops.Send(t.Context(), r.url, msg, 30*time.Second)
-	if err != nil {
-		t.Fatalf("send --saga %s %s: %v", saga, payload, err)
-	}
-	var sum decide.SagaSummary
-	if err := json.Unmarshal(reply.Payload, &sum); err != nil {
-		t.Fatalf("send --saga %s: the reply's body %q is not a summary: %v", saga, reply.Payload, err)
-	}
 	return msg, reply, sum
+}
+
+// trySend is send for other goroutines than the test's.
+func (r *sagaRig) trySend(ctx context.Context, saga, payload string) (decide.Message, *ops.Reply, decide.SagaSummary, error) {
+	var sum decide.SagaSummary
+	msg, err := decide.FirstMessage(r.plan, decide.Target{Saga: saga}, []byte(payload), time.Now())
+	if err != nil {
+		return msg, nil, sum, err
+	}
+	reply, err := ops.Send(ctx, r.url, msg, 60*time.Second)
+	if err != nil {
+		return msg, nil, sum, fmt.Errorf("send --saga %s %s: %w", saga, payload, err)
+	}
+	if err := json.Unmarshal(reply.Payload, &sum); err != nil {
+		return msg, nil, sum, fmt.Errorf("send --saga %s: the reply's body %q is not a summary: %w", saga, reply.Payload, err)
+	}
+	return msg, reply, sum, nil
 }
 
 func stepStates(sum decide.SagaSummary) string {
@@ -221,5 +231,77 @@ func TestSagasRunOnTheBroker(t *testing.T) {
 	defer rig.effects.mu.Unlock()
 	for _, b := range rig.effects.bad {
 		t.Error(b)
+	}
+}
+
+// TestSagaDuplicateDeliveryRunsTheHandlerOnce: the message that starts an
+// instance, published twice with the same id, runs the first step's handler
+// once and starts one instance; the second copy is counted a duplicate.
+func TestSagaDuplicateDeliveryRunsTheHandlerOnce(t *testing.T) {
+	rig := newSagaRig(t)
+	rt := rig.start(t)
+	msg, err := decide.FirstMessage(rig.plan, decide.Target{Saga: "place-order"}, []byte(`{"id":"d1","items":[1]}`), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := testenv.ConfirmedChannel(t, rig.url)
+	for range 2 {
+		if err := ch.PublishWithContext(t.Context(), msg.Exchange, msg.RoutingKey, true, false, wire.Publishing(msg).Publishing); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testenv.Eventually(t, 30*time.Second, func() error {
+		st, err := rt.Consumer(t.Context(), plan.SagaStepConsumerID("place-order", "charge"))
+		if err != nil {
+			return err
+		}
+		inst, ok, err := rig.store.GetSaga(t.Context(), msg.MessageID)
+		if err != nil || !ok || inst.State != stores.SagaCompleted || st.Counters[decide.OutcomeDuplicate] != 1 {
+			return testenv.Errorf("instance %v (%v, %v), charge's duplicates %d; want it completed and one duplicate", inst.State, ok, err, st.Counters[decide.OutcomeDuplicate])
+		}
+		return nil
+	})
+	if got := rig.effects.of("d1"); !slices.Equal(got, []string{"charge", "reserve", "book"}) {
+		t.Errorf("handlers called %v, want each step once: charge, reserve, book", got)
+	}
+	if list, err := rig.store.ListSagas(t.Context(), stores.SagaFilter{Saga: "place-order"}); err != nil || len(list) != 1 {
+		t.Errorf("ListSagas = %d instances, %v; want one", len(list), err)
+	}
+}
+
+// TestSagasOnTwoReplicasCompleteOnce: two runtimes on the same queues and
+// store run 20 instances at once; each completes, once, every step's
+// handler called once.
+func TestSagasOnTwoReplicasCompleteOnce(t *testing.T) {
+	rig := newSagaRig(t)
+	rig.start(t)
+	rig.start(t)
+	const n = 20
+	var wg sync.WaitGroup
+	sums := make([]decide.SagaSummary, n)
+	outcomes := make([]string, n)
+	for i := range n {
+		wg.Go(func() {
+			_, reply, sum, err := rig.trySend(t.Context(), "place-order", fmt.Sprintf(`{"id":"r%d","items":[1]}`, i))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			sums[i], outcomes[i] = sum, reply.Outcome
+		})
+	}
+	wg.Wait()
+	for i := range n {
+		id := fmt.Sprintf("r%d", i)
+		if outcomes[i] != decide.SagaCompleted || stepStates(sums[i]) != "charge=completed reserve=completed book=completed" {
+			t.Errorf("%s: outcome %q, steps %s; want completed, every step completed", id, outcomes[i], stepStates(sums[i]))
+		}
+		if got := rig.effects.of(id); !slices.Equal(got, []string{"charge", "reserve", "book"}) {
+			t.Errorf("%s: handlers called %v, want each step once: charge, reserve, book", id, got)
+		}
+	}
+	list, err := rig.store.ListSagas(t.Context(), stores.SagaFilter{Saga: "place-order", State: stores.SagaCompleted})
+	if err != nil || len(list) != n {
+		t.Errorf("ListSagas(completed) = %d instances, %v; want %d", len(list), err, n)
 	}
 }
