@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -8,8 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/acemq/acemq-flow/runtime/scheduler"
 	"github.com/acemq/acemq-flow/stores"
 	"github.com/acemq/acemq-flow/stores/storetest"
+	"github.com/acemq/acemq-flow/test/testenv"
 )
 
 // schedulesFlow has a schedule of each kind the listing tells apart.
@@ -159,6 +163,83 @@ func TestSchedulesJSONCountsAddUp(t *testing.T) {
 			t.Errorf("schedule %s: missed %d, fired on start %d, given up %d, last tick %v; want %v and a last tick", s.Name, got[0], got[1], got[2], s.LastTick, want[s.Name])
 		}
 	}
+}
+
+// TestSchedulesShowsWhatTheLoopClaimed runs the runtimes' schedules loop
+// on a SQLite store until it has claimed a tick of an every: 1s schedule,
+// stops it, and lists the schedules at the real clock: the last tick is the
+// one the loop claimed, nothing is missed, and the next tick follows it.
+func TestSchedulesShowsWhatTheLoopClaimed(t *testing.T) {
+	st := storetest.OpenSQLite(t, stores.Options{})
+	flow := filepath.Join(t.TempDir(), "beat.yaml")
+	if err := os.WriteFile(flow, []byte(`version: acemq.flow/v1
+name: beat
+schedules:
+  - name: second
+    every: 1s
+    send: {exchange: clocks, routing_key: second}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	_, pl, diags := loadAndCompile(streams{err: &stderr}, []string{flow})
+	if diags.HasErrors() {
+		t.Fatalf("load %s: %v", flow, diags)
+	}
+	loop, err := scheduler.NewSchedules(scheduler.SchedulesOptions{Plan: pl, Store: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- loop.Run(ctx) }()
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if _, ok, err := st.LastTick(t.Context(), "beat/second"); err != nil || !ok {
+			return testenv.Errorf("LastTick(beat/second) = %v, %v; want a tick claimed by the loop", ok, err)
+		}
+		return nil
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Schedules.Run returned %v after its context ended, want nil", err)
+	}
+	last, _, err := st.LastTick(t.Context(), "beat/second")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	out, errOut, code := cli(t, "schedules", "--store", "sqlite:"+st.Path(), "--format", "json", flow)
+	if code != 0 {
+		t.Fatalf("acemq-flow schedules --format json: exit %d\nstderr: %s", code, errOut)
+	}
+	var doc struct {
+		Schedules []struct {
+			LastTick *string `json:"last_tick"`
+			NextTick *string `json:"next_tick"`
+			Missed   int64   `json:"missed"`
+		} `json:"schedules"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil || len(doc.Schedules) != 1 {
+		t.Fatalf("acemq-flow schedules --format json printed %d schedules, %v:\n%s", len(doc.Schedules), err, out)
+	}
+	got := doc.Schedules[0]
+	if got.LastTick == nil || *got.LastTick != scheduler.TickText(last) {
+		t.Errorf("last_tick = %v, want %s, the tick the loop claimed", got.LastTick, scheduler.TickText(last))
+	}
+	next, err := time.Parse(time.RFC3339Nano, deref(got.NextTick))
+	if err != nil || !next.After(last) || next.Truncate(time.Second) != next {
+		t.Errorf("next_tick = %v (%v), want a whole second after the last tick %s", deref(got.NextTick), err, scheduler.TickText(last))
+	}
+	if got.Missed != 0 {
+		t.Errorf("missed = %d right after the loop stopped, want 0", got.Missed)
+	}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return "<null>"
+	}
+	return *s
 }
 
 func TestSchedulesRefusals(t *testing.T) {
