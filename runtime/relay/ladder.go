@@ -39,6 +39,11 @@ type ladderDeclarer interface {
 // and their bindings, one round trip each.
 const ladderDeclareTimeout = 30 * time.Second
 
+// ladderRefusalTTL is how long a refusal of the ladder is the answer for
+// every record due later, before the broker is asked again: a backlog of
+// such records should not cost a drift check each.
+const ladderRefusalTTL = 10 * time.Second
+
 // delay readdresses msg, rec's message, to the delay ladder when rec is
 // due later than now. It returns an error when the record cannot go there:
 // a delay beyond the ladder (the record fails with the reason), the ladder
@@ -63,7 +68,8 @@ func (r *Relay) delay(ctx context.Context, rec *stores.OutboxRecord, msg *broker
 }
 
 // declareLadder declares the delay ladder once (each caller waits for the
-// first); a declaration that failed is tried again by the next record.
+// first). A declaration the broker did not answer is tried again by the
+// next record; one it refused, after ladderRefusalTTL.
 func (r *Relay) declareLadder(ctx context.Context) error {
 	if r.opts.Ladder == nil {
 		return nil
@@ -72,6 +78,9 @@ func (r *Relay) declareLadder(ctx context.Context) error {
 	defer r.ladderMu.Unlock()
 	if r.ladderDone {
 		return nil
+	}
+	if r.ladderRefused != nil && time.Since(r.ladderRefusedAt) < ladderRefusalTTL {
+		return r.ladderRefused
 	}
 	ctx, cancel := context.WithTimeout(ctx, ladderDeclareTimeout)
 	defer cancel()
@@ -83,12 +92,14 @@ func (r *Relay) declareLadder(ctx context.Context) error {
 	if err != nil {
 		r.log.Warn("delay ladder not declared; records due later wait", "error", err)
 		if refused(err) {
-			return fmt.Errorf("the delay ladder this record is due through cannot be declared: %w", err)
+			r.ladderRefused = fmt.Errorf("the delay ladder this record is due through cannot be declared: %w", err)
+			r.ladderRefusedAt = time.Now()
+			return r.ladderRefused
 		}
 		return &broker.IndeterminateError{Exchange: plan.LadderExchange(0), Err: fmt.Errorf("declare the delay ladder: %w", err)}
 	}
-	r.ladderDone = true
-	r.log.Info("delay ladder declared", "exchange", plan.LadderExchange(plan.LadderLevels-1), "queue", plan.DueQueue)
+	r.ladderDone, r.ladderRefused = true, nil
+	r.log.Info("delay ladder declared", "levels", plan.LadderLevels, "queue", plan.DueQueue)
 	return nil
 }
 

@@ -157,9 +157,11 @@ type Relay struct {
 
 	exchanges *broker.ExchangeCache // nil when opts.Exchanges is
 
-	ladder     decide.Ladder
-	ladderMu   sync.Mutex
-	ladderDone bool // the ladder was declared (or opts.Ladder is nil)
+	ladder          decide.Ladder
+	ladderMu        sync.Mutex
+	ladderDone      bool  // the ladder was declared
+	ladderRefused   error // the broker's latest refusal of it, for ladderRefusalTTL
+	ladderRefusedAt time.Time
 
 	claimed, published, failed, stuck, left, leaseLost atomic.Int64
 }
