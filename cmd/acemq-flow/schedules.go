@@ -37,7 +37,14 @@ The store is the one the runtimes claim ticks in (run --store); the command
 only reads it.
 
 Environment: ACEMQ_STORE_URL (--store).`,
-		Args: cobra.MinimumNArgs(1),
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				// The schedules and their ticks are the flows': the store
+				// knows only the ticks claimed.
+				return usage("name the flow files or folders whose schedules to list: acemq-flow schedules [--store URL] PATH...")
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if format != "text" && format != "json" {
 				return usage("--format must be text or json, not %q", format)

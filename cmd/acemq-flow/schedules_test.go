@@ -261,7 +261,7 @@ func TestSchedulesRefusals(t *testing.T) {
 		code int
 		want string // on stderr, or on stdout for exit 0
 	}{
-		{"no flows", []string{"schedules", "--store", "sqlite:" + unused}, 2, "requires at least 1 arg"},
+		{"no flows", []string{"schedules", "--store", "sqlite:" + unused}, 2, "name the flow files or folders whose schedules to list"},
 		{"an unknown format", []string{"schedules", "--format", "yaml", "--store", "sqlite:" + unused, flow}, 2, `--format must be text or json, not "yaml"`},
 		{"the memory store", []string{"schedules", "--store", "memory:", flow}, 2, "the memory store keeps no ticks between runs; name the store the runtimes claim ticks in"},
 		{"an unknown scheme, without its password", []string{"schedules", "--store", "mysql://root:s3cret@db/acemq", flow}, 2, `unknown scheme "mysql"`},
