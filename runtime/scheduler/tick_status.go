@@ -19,6 +19,8 @@ type TickStatus struct {
 	// fired them. A tick due less than LateAfter before is not counted, as
 	// a running loop still fires it on time. A schedule with no claimed
 	// tick has missed nothing (a new schedule starts with its next tick).
+	// Ticks older than missed_window are counted up to a million, as the
+	// loop counts them (Ticker.Count).
 	Missed int64
 	// CatchUp is how many of the missed ticks the loop fires when a
 	// runtime starts, by the schedule's `missed` and `missed_window`
@@ -42,14 +44,24 @@ func ScheduleStatus(s plan.Schedule, last time.Time, claimed bool, now time.Time
 		return st, nil
 	}
 	upTo := now.Add(-LateAfter)
-	st.Missed = tk.Count(last, upTo)
-	if st.Missed == 0 {
+	if !upTo.After(last) {
 		return st, nil
 	}
-	// A loop starting at now deals with (last, now]; the ticks of the last
-	// LateAfter it would fire as well, but they are not missed yet.
-	p := PlanTicks(tk, last, now, upTo, s.Missed, time.Duration(s.MissedWindow), fireLimit)
-	st.GivenUp = p.Missed
-	st.CatchUp = st.Missed - p.Missed
+	// The ticks before missed_window are given up whatever the policy:
+	// counted here once, as PlanTicks would (a cron schedule's count walks
+	// its ticks, up to maxCount). PlanTicks decides about the rest, from
+	// the window's edge: a loop starting at now deals with (last, now], and
+	// fires the ticks of the last LateAfter too, which are not missed yet.
+	from := last
+	if edge := now.Add(-time.Duration(s.MissedWindow)); edge.After(from) {
+		old := minTime(edge, upTo)
+		st.GivenUp = tk.Count(from, old)
+		from = old
+	}
+	within := tk.Count(from, upTo)
+	p := PlanTicks(tk, from, now, upTo, s.Missed, time.Duration(s.MissedWindow), fireLimit)
+	st.Missed = st.GivenUp + within
+	st.GivenUp += p.Missed
+	st.CatchUp = within - p.Missed
 	return st, nil
 }

@@ -43,6 +43,9 @@ func TestScheduleStatus(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := ScheduleStatus(tc.s, tc.last, tc.claimed, now)
+			if got.CatchUp+got.GivenUp != got.Missed || got.CatchUp < 0 {
+				t.Errorf("ScheduleStatus(%s) = %+v: the ticks fired on start and given up do not make up the missed ones", tc.s.Key(), got)
+			}
 			if err != nil || got != tc.want {
 				t.Fatalf("ScheduleStatus(%s, last %s, claimed %v, now %s) = %+v, %v; want %+v",
 					tc.s.Key(), TickText(tc.last), tc.claimed, TickText(now), got, err, tc.want)
