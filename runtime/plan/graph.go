@@ -103,6 +103,9 @@ func BuildGraph(p *Plan) Graph {
 	}
 	for _, s := range p.Sagas {
 		cl := Cluster{ID: gid("saga", s.Name), Label: "saga " + s.Name}
+		if s.Timeout > 0 {
+			cl.Label += fmt.Sprintf(" (timeout %s)", s.Timeout)
+		}
 		var prev, prevComp string
 		for _, st := range s.Steps {
 			id := gid("saga", s.Name, st.Name)

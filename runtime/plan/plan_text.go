@@ -55,8 +55,12 @@ func (p *Plan) WriteText(w io.Writer) error {
 	b.WriteString("\n")
 	fmt.Fprintf(&b, "consumers (%d)\n", len(p.Consumers))
 	for _, c := range p.Consumers {
-		fmt.Fprintf(&b, "  %s (%s) on %s: handler %s, prefetch %d, concurrency %d, idempotent %s, auto_startup %s\n",
-			c.ID, c.Kind, c.Queue, c.Handler, c.Prefetch, c.Concurrency, yesNo(c.Idempotent), yesNo(c.AutoStartup))
+		handler := "handler " + c.Handler
+		if c.Handler == "" {
+			handler = "no handler" // a saga's timeout: the runtime acts on it
+		}
+		fmt.Fprintf(&b, "  %s (%s) on %s: %s, prefetch %d, concurrency %d, idempotent %s, auto_startup %s\n",
+			c.ID, c.Kind, c.Queue, handler, c.Prefetch, c.Concurrency, yesNo(c.Idempotent), yesNo(c.AutoStartup))
 		if c.Input != "" || c.Output != "" {
 			fmt.Fprintf(&b, "    types: %s -> %s\n", orAnyType(c.Input), orAnyType(c.Output))
 		}
