@@ -75,7 +75,7 @@ Environment: ACEMQ_STORE_URL (--store).`,
 			defer set.Close()
 			view, err := scheduleViews(cmd.Context(), set, pl.Schedules, schedulesNow())
 			if err != nil {
-				return failed("%v in %s", err, redactStore(storeURL))
+				return failed("the store %s: %v", redactStore(storeURL), err)
 			}
 			return renderSchedules(s.out, format, view)
 		},
