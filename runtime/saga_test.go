@@ -25,7 +25,8 @@ import (
 
 // sagaFlow has two sagas: place-order (charge, reserve only for orders
 // with items, book; the payload's "fail" names the handlers that fail for
-// good, comma-separated) and slow-order, whose second step never succeeds in time and whose
+// good, comma-separated, and charge-output a charge whose result is not a
+// Payment) and slow-order, whose second step never succeeds in time and whose
 // timeout compensates it.
 const sagaFlow = `version: acemq.flow/v1
 name: shop
@@ -39,11 +40,16 @@ types:
       id: {type: string}
       items: {type: array}
       fail: {type: string}
+  Payment:
+    type: object
+    required: [payment]
+    properties:
+      payment: {type: string}
 sagas:
   - name: place-order
     input: Order
     steps:
-      - {name: charge,  handler: p.charge,  compensate: p.refund,  retry: {max_attempts: 2, initial_delay: 100ms, max_delay: 100ms}}
+      - {name: charge,  handler: p.charge,  compensate: p.refund,  output: Payment, retry: {max_attempts: 2, initial_delay: 100ms, max_delay: 100ms}}
       - {name: reserve, handler: p.reserve, compensate: p.release, when: "len(payload.items) > 0", retry: {max_attempts: 2, initial_delay: 100ms, max_delay: 100ms}}
       - {name: book,    handler: p.book,    retry: {max_attempts: 2, initial_delay: 100ms, max_delay: 100ms}}
   - name: slow-order
@@ -89,6 +95,8 @@ func (e *sagaEffects) handlers() map[string]runtime.HandlerFunc {
 				return decide.Result{}, fmt.Errorf("%w: %s refused order %s", decide.ErrFatal, name, o.ID)
 			case name == "wait":
 				return decide.Result{}, errors.New("not yet")
+			case name == "charge" && slices.Contains(strings.Split(o.Fail, ","), "charge-output"):
+				return decide.Result{Payload: []byte(`{"payment":1}`)}, nil
 			case name == "charge":
 				return decide.Result{Payload: []byte(`{"payment":"pay-` + o.ID + `"}`)}, nil
 			}
@@ -192,6 +200,8 @@ func TestSagasRunOnTheBroker(t *testing.T) {
 			"compensated", "charge=compensated reserve=skipped book=failed", []string{"charge", "book", "refund"}, nil},
 		{"a failing compensation ends unresolved and the rest still run", "place-order", `{"id":"o5","items":[1],"fail":"book,release"}`,
 			"unresolved", "charge=compensated reserve=compensation_failed book=failed", []string{"charge", "reserve", "book", "release", "refund"}, []string{"reserve"}},
+		{"a result that is not the step's output type fails it for good", "place-order", `{"id":"o7","items":[1],"fail":"charge-output"}`,
+			"compensated", "charge=failed reserve=pending book=pending", []string{"charge"}, nil},
 		{"the timeout compensates a running instance", "slow-order", `{"id":"o6"}`,
 			"compensated", "charge=compensated wait=failed", []string{"charge", "wait", "refund"}, nil},
 	}

@@ -130,6 +130,9 @@ func (sc *sagaCall) step(ctx context.Context, d *delivery) decide.Decision {
 			out := res.Payload
 			if res.Stop {
 				out = nil
+			} else if err := decide.SagaCheckOutput(sc.c, out); err != nil {
+				t = decide.SagaStepFailedForGood(sc.saga, *inst, in.Env.Attempt, err.Error(), in.Env.MessageID, end)
+				break
 			}
 			t = decide.SagaStepSucceeded(sc.saga, *inst, out, in.Env.Attempt, in.Env.MessageID, end)
 		default:

@@ -398,6 +398,7 @@ func (b *builder) saga(n *node, def Defaults) *Saga {
 		st.Handler, st.HandlerPos = b.handler(sn, "handler")
 		st.Compensate, st.CompensatePos = b.handler(sn, "compensate")
 		st.When = b.when(sn)
+		st.Output, st.OutputPos = b.str(sn, "output")
 		st.Retry = b.retry(sn.get("retry"), def.Retry, def.Retry.Pos)
 		s.Steps = append(s.Steps, st)
 	}

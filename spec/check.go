@@ -426,6 +426,7 @@ func (c *fileChecker) saga(s *Saga) {
 			c.handlerRef(st.Compensate, st.CompensatePos, fmt.Sprintf("saga step %q", st.Name), "compensate")
 		}
 		c.condition(&st.When, s.Input)
+		c.typeRef(st.Output, st.OutputPos, true)
 		if st.Compensate.Plugin == "" && i < len(s.Steps)-1 {
 			c.d.warnf(st.Pos, "saga-uncompensated", "give it a compensate handler, or move it after the steps that can fail",
 				"saga step %q cannot be undone but %d step(s) after it can fail, leaving it applied when they do", st.Name, len(s.Steps)-1-i)

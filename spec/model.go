@@ -259,8 +259,10 @@ type Saga struct {
 	Steps       []*SagaStep   `yaml:"steps"`
 }
 
-// SagaStep is one step of a saga. Retry is the retry ladder of its queue and
-// of its compensation's (defaults.retry unless it sets its own).
+// SagaStep is one step of a saga. Output (empty: any JSON value) is the
+// type its handler returns, what the saga records and gives its
+// compensation; Retry is the retry ladder of its queue and of its
+// compensation's (defaults.retry unless it sets its own).
 type SagaStep struct {
 	Pos
 	Name          string     `yaml:"name"`
@@ -270,6 +272,8 @@ type SagaStep struct {
 	Compensate    HandlerRef `yaml:"compensate"`
 	CompensatePos Pos        `yaml:"-"`
 	When          Condition  `yaml:"when"`
+	Output        string     `yaml:"output"`
+	OutputPos     Pos        `yaml:"-"`
 	Retry         Retry      `yaml:"retry"`
 }
 

@@ -545,3 +545,15 @@ func SagaTimeoutArrived(s *plan.Saga, c *plan.Consumer, inst *SagaInstance, in I
 	}
 	return SagaTimedOut(s, *inst, time.Duration(s.Timeout), in.Env.MessageID, now)
 }
+
+// SagaCheckOutput checks what saga step consumer c's handler returned
+// against the step's output type: a mismatch is the step's failure for
+// good, as a pipeline step's is fatal.
+func SagaCheckOutput(c *plan.Consumer, output []byte) error {
+	if typ := outputType(c); typ != nil {
+		if err := typ.ValidateJSON(output); err != nil {
+			return fmt.Errorf("output: %w", err)
+		}
+	}
+	return nil
+}

@@ -595,7 +595,7 @@ func (c *compiler) saga(f *spec.Flow, s *spec.Saga) {
 	sp := Saga{Name: s.Name, Flow: f.Name, Input: s.Input, Timeout: Duration(s.Timeout), At: s.Pos, Spec: s, File: f}
 	c.exchange(Exchange{Name: SagaExchange(s.Name), Type: "direct", Mode: Declare, Purpose: "saga " + s.Name, At: s.Pos, Apply: f.Topology.Apply})
 	typ := f.Defaults.QueueType
-	add := func(id, queue, key, purpose, what string, kind ConsumerKind, step string, h spec.HandlerRef, compensate bool, r spec.Retry, at spec.Pos) bool {
+	add := func(id, queue, key, purpose, what string, kind ConsumerKind, step, output string, h spec.HandlerRef, compensate bool, r spec.Retry, at spec.Pos) bool {
 		n := len(c.diags)
 		c.queue(Queue{Name: queue, Type: typ, Mode: Declare, Purpose: purpose, Owner: id, what: what, At: at,
 			Arguments: queueArguments(queue, typ, true, nil), Apply: f.Topology.Apply, Missing: f.Topology.MissingQueue})
@@ -609,7 +609,7 @@ func (c *compiler) saga(f *spec.Flow, s *spec.Saga) {
 			input = "" // its message has no payload
 		}
 		c.plan.Consumers = append(c.plan.Consumers, Consumer{
-			ID: id, Kind: kind, Flow: f.Name, Queue: queue, Handler: h.String(), Plugin: h.Plugin, Input: input,
+			ID: id, Kind: kind, Flow: f.Name, Queue: queue, Handler: h.String(), Plugin: h.Plugin, Input: input, Output: output,
 			Prefetch: f.Defaults.Prefetch, Concurrency: f.Defaults.Concurrency, Idempotent: true, AutoStartup: true, Retry: rp,
 			Saga: s.Name, Step: step, Compensate: compensate, Missing: f.Topology.MissingQueue, At: at, File: f,
 		})
@@ -619,20 +619,20 @@ func (c *compiler) saga(f *spec.Flow, s *spec.Saga) {
 		q := SagaStepQueue(s.Name, st.Name)
 		step := SagaStep{Name: st.Name, Handler: st.Handler.String(), Compensate: st.Compensate.String(), When: st.When.Source, Queue: q}
 		add(SagaStepConsumerID(s.Name, st.Name), q, SagaStepKey(st.Name), "saga", fmt.Sprintf("step %q of saga %q", st.Name, s.Name),
-			KindSagaStep, st.Name, st.Handler, false, st.Retry, st.Pos)
+			KindSagaStep, st.Name, st.Output, st.Handler, false, st.Retry, st.Pos)
 		if st.Compensate.Plugin != "" {
 			cq := CompensateQueue(s.Name, st.Name)
 			step.Compensation = cq
 			add(CompensateConsumerID(s.Name, st.Name), cq, CompensateKey(st.Name), "compensate",
 				fmt.Sprintf("the compensation of step %q of saga %q", st.Name, s.Name),
-				KindSagaStep, st.Name, st.Compensate, true, st.Retry, st.CompensatePos)
+				KindSagaStep, st.Name, "", st.Compensate, true, st.Retry, st.CompensatePos)
 		}
 		sp.Steps = append(sp.Steps, step)
 	}
 	if s.Timeout > 0 {
 		tq := TimeoutQueue(s.Name)
 		if add(TimeoutConsumerID(s.Name), tq, TimeoutKey, "timeout", fmt.Sprintf("the timeout of saga %q", s.Name),
-			KindSagaTimeout, "", spec.HandlerRef{}, false, f.Defaults.Retry, s.TimeoutPos) {
+			KindSagaTimeout, "", "", spec.HandlerRef{}, false, f.Defaults.Retry, s.TimeoutPos) {
 			sp.TimeoutQueue = tq
 		}
 	}
