@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"time"
 
@@ -60,6 +61,7 @@ type sagaCall struct {
 	// publishTimeout puts an instance's timeout message in the delay
 	// ladder, confirmed; nil for a saga without a timeout.
 	publishTimeout func(ctx context.Context, m decide.Message, due time.Time) error
+	log            *slog.Logger // nil discards
 }
 
 // sagaStaleTries bounds how often one delivery reads the instance again
@@ -75,6 +77,7 @@ func (sc *sagaCall) step(ctx context.Context, d *delivery) decide.Decision {
 	}
 	id, start := decide.SagaInstanceID(in)
 	compensation := sc.c.Queue == plan.CompensateQueue(sc.saga.Name, sc.c.Step)
+	ran := false // the handler ran on this delivery, and its write was refused as stale
 	for range sagaStaleTries {
 		now := sc.now()
 		rec, ok, err := sc.store.GetSaga(ctx, id)
@@ -103,6 +106,13 @@ func (sc *sagaCall) step(ctx context.Context, d *delivery) decide.Decision {
 			inst = &i
 		}
 		if t := decide.SagaAccept(sc.saga, sc.c, inst, in, now); t != nil {
+			if ran && inst != nil {
+				// Its instance moved on while the handler ran: the
+				// saga's timeout, most likely. What the handler did is
+				// not recorded, and not undone.
+				sc.logger().Warn("saga handler's result not recorded: its instance moved on while it ran; what it did is not undone",
+					"saga", sc.saga.Name, "step", sc.c.Step, "message_id", in.Env.MessageID, "outcome", inst.State)
+			}
 			return t.Decision()
 		}
 
@@ -153,12 +163,14 @@ func (sc *sagaCall) step(ctx context.Context, d *delivery) decide.Decision {
 		next.Version = rec.Version
 		if _, err := sc.store.AdvanceSaga(ctx, next); err != nil {
 			if errors.Is(err, stores.ErrStaleSaga) {
+				ran = true
 				continue // another delivery moved the instance: decide anew
 			}
 			// The outcome is not recorded: the delivery comes round again
 			// and the handler runs again (handlers are safe to run twice).
 			return sc.storeFailed(in, err, end)
 		}
+		sc.ended(t.Instance)
 		return t.Decision()
 	}
 	return sc.storeFailed(in, fmt.Errorf("saga %q instance %q: written by others %d times while this delivery was handled", sc.saga.Name, id, sagaStaleTries), sc.now())
@@ -191,9 +203,34 @@ func (sc *sagaCall) timedOut(ctx context.Context, in decide.Inbound) decide.Deci
 			}
 			return sc.storeFailed(in, err, now)
 		}
+		sc.ended(t.Instance)
 		return t.Decision()
 	}
 	return sc.storeFailed(in, fmt.Errorf("saga %q instance %q: written by others %d times while its timeout was handled", sc.saga.Name, id, sagaStaleTries), sc.now())
+}
+
+// ended logs an instance that a write just ended (message_id: the
+// instance's id, the message that started it): completed at Debug, as
+// the happy path; compensated as a warning; unresolved as an error, since
+// a person has to undo what was not (`acemq-flow sagas unresolved`).
+func (sc *sagaCall) ended(inst decide.SagaInstance) {
+	log := sc.logger()
+	switch inst.State {
+	case decide.SagaCompleted:
+		log.Debug("saga instance completed", "saga", inst.Saga, "message_id", inst.ID, "correlation_id", inst.CorrelationID)
+	case decide.SagaCompensated:
+		log.Warn("saga instance compensated", "saga", inst.Saga, "message_id", inst.ID, "correlation_id", inst.CorrelationID)
+	case decide.SagaUnresolved:
+		log.Error("saga instance unresolved: effects not undone; see acemq-flow sagas show", "saga", inst.Saga, "message_id", inst.ID, "correlation_id", inst.CorrelationID,
+			"not_undone", decide.NotUndone(inst))
+	}
+}
+
+func (sc *sagaCall) logger() *slog.Logger {
+	if sc.log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return sc.log
 }
 
 // storeFailed retries a delivery whose instance could not be read or
@@ -231,7 +268,7 @@ func sagaFromStore(rec stores.SagaInstance) decide.SagaInstance {
 func (g *group) newSagaCall() *sagaCall {
 	r := g.r
 	s := r.plan.Saga(g.c.Saga)
-	sc := &sagaCall{saga: s, c: g.c, store: r.opts.Sagas, now: time.Now, call: g.timedCall}
+	sc := &sagaCall{saga: s, c: g.c, store: r.opts.Sagas, now: time.Now, call: g.timedCall, log: g.log}
 	if s.Timeout > 0 && r.ladder != nil {
 		sc.publishTimeout = func(ctx context.Context, m decide.Message, due time.Time) error {
 			now := time.Now()
