@@ -60,7 +60,8 @@ func (p *Plan) Names(kind string) string {
 	return fmt.Sprint(out)
 }
 
-// ErrUnsupported marks parts of the format the runtime does not run yet
-// (sagas, schedules, step delays): `validate` accepts them, `run` refuses
-// them, naming the feature and its position.
+// ErrUnsupported marks parts of the format the runtime does not run yet:
+// `validate` accepts them, `run` refuses them, naming the feature and its
+// position. Every part of the format runs today; it is kept for what the
+// format adds before the runtime runs it.
 var ErrUnsupported = errors.New("not supported by this runtime yet")
