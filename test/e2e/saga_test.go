@@ -255,3 +255,29 @@ func TestSagasSurviveKill9(t *testing.T) {
 	}
 	t.Logf("%d handler calls for %d instances across 3 kills", calls, n)
 }
+
+// TestPlaceOrderExampleRuns: examples/flows/place-order.yaml, with its
+// example plugins and the embedded SQLite store, completes an order sent
+// with send --saga --wait: the payment taken, the stock reserved, the
+// courier booked.
+func TestPlaceOrderExampleRuns(t *testing.T) {
+	url := testenv.VHost(t)
+	flow := filepath.Join(repo, "examples", "flows", "place-order.yaml")
+	startRuntime(t, url, "--store", "sqlite:"+filepath.Join(t.TempDir(), "acemq.db"), "--create-schema", flow)
+	out, errOut, code := cli(t, "send", flow, "--amqp", url, "--saga", "place-order", "--data", "@examples/flows/data/order.json", "--wait", "60s")
+	if code != 0 || !strings.Contains(errOut, "outcome: completed") {
+		t.Fatalf("send --saga place-order --wait = %d, stderr %q; want exit 0, outcome completed", code, errOut)
+	}
+	var sum decide.SagaSummary
+	if err := json.Unmarshal([]byte(out), &sum); err != nil {
+		t.Fatalf("send printed %q, not the instance's summary: %v", out, err)
+	}
+	for _, st := range sum.Steps {
+		if st.State != "completed" {
+			t.Errorf("step %s is %s, want completed (summary %s)", st.Name, st.State, out)
+		}
+	}
+	if len(sum.Steps) != 3 {
+		t.Errorf("summary has %d steps, want take-payment, reserve-stock and book-courier: %s", len(sum.Steps), out)
+	}
+}
