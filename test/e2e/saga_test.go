@@ -140,8 +140,9 @@ func TestSendSagaWaitPrintsTheOutcomeAndSummary(t *testing.T) {
 }
 
 // TestSagasSurviveKill9: instances in flight when the runtime is killed
-// with SIGKILL, three times (while steps run, and while compensations
-// run), then started again, each reach the state they would have reached:
+// with SIGKILL, three times (while steps run, after a handler's effect and
+// before its state write, and while compensations run), then started
+// again, each reach the state they would have reached:
 // completed, or compensated for those whose last step fails. No step or
 // compensation has an effect twice: a handler called again after a kill
 // gets the same message id (what a real plugin keys its effect on), and no
@@ -253,7 +254,13 @@ func TestSagasSurviveKill9(t *testing.T) {
 			t.Errorf("order %s: handlers %v ran, want %v", id, got, wantHandlers)
 		}
 	}
-	t.Logf("%d handler calls for %d instances across 3 kills", calls, n)
+	// 16 completed instances call 3 handlers, 8 compensated ones 5: more
+	// calls mean a kill landed after a handler's effect and before its
+	// state write, the boundary that calls a handler again.
+	t.Logf("%d handler calls for %d instances across 3 kills (%d without a kill)", calls, n, 16*3+8*5)
+	if calls <= 16*3+8*5 {
+		t.Errorf("%d handler calls: no kill landed between an effect and its state write; the test did not test that boundary", calls)
+	}
 }
 
 // TestPlaceOrderExampleRuns: examples/flows/place-order.yaml, with its

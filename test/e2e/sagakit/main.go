@@ -4,7 +4,7 @@
 // it answers, so that a test counts every call, and, keyed by message id,
 // every effect. The payload is {"id", "fail", "sleep_ms"}: fail names the
 // handlers that fail for good (comma-separated), sleep_ms how long each
-// call takes. charge returns {"payment": "pay-<id>"}; refund refuses, as
+// call takes after its effect is recorded. charge returns {"payment": "pay-<id>"}; refund refuses, as
 // fatal, a step output that is not the payment its charge returned.
 package main
 
@@ -40,6 +40,11 @@ func handle(ctx context.Context, name string, req *sdk.Request) (*sdk.Result, er
 	if err := json.Unmarshal(req.Payload, &o); err != nil {
 		return nil, sdk.Fatal(fmt.Errorf("sagakit: %s wants {\"id\": …}: %w", name, err))
 	}
+	if err := record(name, o.ID, req.Envelope.MessageID); err != nil {
+		return nil, err
+	}
+	// The effect has happened; the runtime has not heard of it yet. A
+	// runtime killed now calls the handler again, with the same message.
 	if o.SleepMS > 0 {
 		t := time.NewTimer(time.Duration(o.SleepMS) * time.Millisecond)
 		defer t.Stop()
@@ -48,9 +53,6 @@ func handle(ctx context.Context, name string, req *sdk.Request) (*sdk.Result, er
 		case <-ctx.Done():
 			return nil, fmt.Errorf("sagakit: %s interrupted: %w", name, context.Cause(ctx))
 		}
-	}
-	if err := record(name, o.ID, req.Envelope.MessageID); err != nil {
-		return nil, err
 	}
 	if slices.Contains(strings.Split(o.Fail, ","), name) {
 		return nil, sdk.Fatal(fmt.Errorf("sagakit: %s refuses order %s", name, o.ID))
