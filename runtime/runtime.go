@@ -162,6 +162,15 @@ func New(pl *plan.Plan, opts Options) (*Runtime, error) {
 	}
 	r.delayed = delayedSteps(pl)
 	r.owned = ownedExchanges(r.plan)
+	if len(pl.Sagas) > 0 {
+		// What the store holds of the sagas' instances, every replica the
+		// same numbers (FLOW-FORMAT §5's metrics).
+		var names []string
+		for _, s := range pl.Sagas {
+			names = append(names, s.Name)
+		}
+		r.metrics.reg.MustRegister(NewSagaMetrics(opts.Sagas, SagaMetricsOptions{Sagas: names, Log: opts.Log}))
+	}
 	sch, err := newSchedules(r.plan, opts, r.metrics)
 	if err != nil {
 		return nil, err

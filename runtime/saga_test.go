@@ -183,7 +183,7 @@ func stepStates(sum decide.SagaSummary) string {
 // called and in which order, and the instance as the store keeps it.
 func TestSagasRunOnTheBroker(t *testing.T) {
 	rig := newSagaRig(t)
-	rig.start(t)
+	rt := rig.start(t)
 	cases := []struct {
 		name, saga, payload string
 		outcome, steps      string
@@ -235,6 +235,31 @@ func TestSagasRunOnTheBroker(t *testing.T) {
 		}
 		if e := list[0].Steps[1].Error; !strings.Contains(e, "timeout (2s)") {
 			t.Errorf("step wait's error %q, want it to name the saga's timeout", e)
+		}
+	})
+	t.Run("the runtime's metrics count the store's instances", func(t *testing.T) {
+		got := map[string]float64{}
+		mfs, err := rt.Metrics().Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				labels := map[string]string{}
+				for _, l := range m.GetLabel() {
+					labels[l.GetName()] = l.GetValue()
+				}
+				if labels["saga"] == "place-order" {
+					got[mf.GetName()+"/"+labels["state"]] = m.GetGauge().GetValue()
+				}
+			}
+		}
+		want := map[string]float64{"acemq_saga_instances/completed": 2, "acemq_saga_instances/compensated": 3,
+			"acemq_saga_instances/unresolved": 1, "acemq_saga_instances/running": 0, "acemq_saga_unresolved/": 1}
+		for k, v := range want {
+			if got[k] != v {
+				t.Errorf("%s = %v, want %v (all place-order series: %v)", k, got[k], v, got)
+			}
 		}
 	})
 	rig.effects.mu.Lock()
