@@ -191,7 +191,7 @@ ACEMQ_MANAGEMENT_URL (--management).`,
 	f.StringVar(&adminAddr, "admin", envOr("ACEMQ_ADMIN_ADDR", "127.0.0.1:9464"), "admin listener: health, readiness, metrics, the consumer registry (env ACEMQ_ADMIN_ADDR); empty disables it")
 	f.StringVar(&token, "admin-token", envOr("ACEMQ_ADMIN_TOKEN", ""), "bearer token every admin endpoint but /healthz and /readyz requires (metrics and listings included); required when --admin is not loopback (env ACEMQ_ADMIN_TOKEN)")
 	f.DurationVar(&drain, "drain-timeout", 30*time.Second, "how long handlers in flight may finish on shutdown")
-	f.StringVar(&storeURL, "store", envOr("ACEMQ_STORE_URL", defaultStore), "idempotency store: postgres://…, sqlite:PATH or memory: (env ACEMQ_STORE_URL)")
+	f.StringVar(&storeURL, "store", envOr("ACEMQ_STORE_URL", defaultStore), "the store of idempotency claims, the outbox, schedules' ticks and saga instances: postgres://…, sqlite:PATH or memory: (not for schedules or sagas) (env ACEMQ_STORE_URL)")
 	f.DurationVar(&claimTimeout, "claim-timeout", 5*time.Minute, "idempotency claims' lease: set it above the slowest handler")
 	f.DurationVar(&purgeEvery, "purge-every", time.Hour, "how often the store's expired claims and old published outbox records are deleted (0: never; acemq-flow purge does it once)")
 	f.DurationVar(&published, "published-retention", stores.DefaultPublishedRetention, "how long published outbox records are kept before a purge deletes them")
