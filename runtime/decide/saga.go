@@ -209,7 +209,10 @@ func sagaCausedByStep(inst SagaInstance, i int, compensation bool) bool {
 	}
 	st := inst.Steps[i]
 	switch {
-	case !compensation && st.State == SagaStepCompleted && (inst.State == SagaRunning || inst.State == SagaCompleted):
+	// A skipped step's queue gets the starting message when the saga's
+	// first steps are skipped: its handling created the instance and sent
+	// the first step to run.
+	case !compensation && (st.State == SagaStepCompleted || st.State == SagaStepSkipped) && (inst.State == SagaRunning || inst.State == SagaCompleted):
 		end := inst.Step
 		if inst.State == SagaCompleted {
 			end = len(inst.Steps)

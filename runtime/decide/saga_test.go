@@ -417,3 +417,32 @@ func TestSagaReplyAndSummary(t *testing.T) {
 		t.Errorf("a running instance's summary = %s, want no ended_at and no not_undone, its steps pending", b)
 	}
 }
+
+// TestSagaStartRedeliveredWithItsFirstStepSkippedSendsAgain: the starting
+// message of a saga whose first step is skipped, delivered again after its
+// create (a crash before the publish), is the message whose handling sent
+// the first step to run: a duplicate that sends it again, with the same
+// id, so that the instance does not wait for ever.
+func TestSagaStartRedeliveredWithItsFirstStepSkippedSendsAgain(t *testing.T) {
+	p := sagaPlan(t)
+	gift := sagaOf(t, p, "gift")
+	start := InboundOf(Message{MessageID: "m-1", Body: []byte(`{"wrap":false}`)})
+	created := SagaStart(gift, sagaConsumer(gift.Name, "wrap", false), start, now)
+	if created.Run || !slices.Equal(sent(created), []string{"ship"}) {
+		t.Fatalf("SagaStart(gift, wrap false) = run %v, sent %v; want ship's message sent", created.Run, sent(created))
+	}
+	again := SagaAccept(gift, sagaConsumer(gift.Name, "wrap", false), &created.Instance, start, now)
+	if again == nil || again.Outcome != OutcomeDuplicate || !slices.Equal(sent(*again), []string{"ship"}) || again.Publish[0].MessageID != created.Publish[0].MessageID {
+		t.Errorf("SagaAccept(the starting message again) = %+v; want a duplicate sending ship's message again, with the same id", again)
+	}
+	// Every step skipped: the instance completed at once, and the reply is
+	// sent again.
+	allSkipped := InboundOf(Message{MessageID: "m-2", ReplyTo: "q", Body: []byte(`{"wrap":false}`)})
+	noop := *gift
+	noop.Steps = noop.Steps[:1]
+	done := SagaStart(&noop, sagaConsumer(gift.Name, "wrap", false), allSkipped, now)
+	if again := SagaAccept(&noop, sagaConsumer(gift.Name, "wrap", false), &done.Instance, allSkipped, now); done.Instance.State != SagaCompleted ||
+		again == nil || !slices.Equal(sent(*again), []string{"reply:completed"}) {
+		t.Errorf("a saga all of whose steps are skipped: %s, then its starting message again sends %v; want completed, the reply sent again", done.Instance.State, again)
+	}
+}
