@@ -273,8 +273,20 @@ func SagaStepFailedForGood(s *plan.Saga, inst SagaInstance, attempts int, reason
 // instance that moved on: its result is a duplicate and not recorded.
 func SagaTimedOut(s *plan.Saga, inst SagaInstance, timeout time.Duration, causation string, now time.Time) SagaTransition {
 	if inst.State != SagaRunning {
-		return SagaTransition{Outcome: OutcomeDuplicate,
+		t := SagaTransition{Outcome: OutcomeDuplicate,
 			Reason: fmt.Sprintf("saga %q instance %q is %s: its timeout changes nothing", s.Name, inst.ID, inst.State)}
+		// The timeout delivered again after its write (a crash before the
+		// publish) finds the instance where it put it: what it sent may
+		// never have gone out, so it is sent again, with the same id. A
+		// step that failed on its own is found the same way; its own
+		// redelivery sends the same message, absorbed as a duplicate.
+		for i := len(inst.Steps) - 1; i >= 0; i-- {
+			if inst.Steps[i].State == SagaStepFailed && sagaCausedByStep(inst, i, false) {
+				t.Publish = sagaWaitingFor(s, inst, causation, now)
+				break
+			}
+		}
+		return t
 	}
 	reason := fmt.Sprintf("the saga's timeout (%s) passed while step %q was running", timeout, stepAt(inst))
 	return SagaStepFailedForGood(s, inst, inst.Steps[inst.Step].Attempts, reason, causation, now)

@@ -366,16 +366,22 @@ func TestSagaAccept(t *testing.T) {
 	}
 }
 
-func TestSagaTimeoutOfACompensatingOrEndedInstanceChangesNothing(t *testing.T) {
+func TestSagaTimeoutOfACompensatingOrEndedInstanceWritesNothing(t *testing.T) {
 	p := sagaPlan(t)
 	s := sagaOf(t, p, "place-order")
 	start := InboundOf(Message{MessageID: "m-1", Body: []byte(`{"id":"o-1","items":[1]}`)})
 	inst := SagaStart(s, sagaConsumer(s.Name, "take-payment", false), start, now).Instance
 	inst = SagaStepSucceeded(s, inst, nil, 1, "d", now).Instance
 	inst = SagaStepFailedForGood(s, inst, 1, "x", "d", now).Instance
-	for _, i := range []SagaInstance{inst, SagaCompensationDone(s, inst, 1, "d", now).Instance} {
-		if tr := SagaTimedOut(s, i, time.Hour, "timer", now); tr.Write || tr.Outcome != OutcomeDuplicate || len(tr.Publish) != 0 {
-			t.Errorf("SagaTimedOut of a %s instance = %+v, want a duplicate that writes and sends nothing", i.State, tr)
+	// Compensating, it sends again, with the same id, the compensation it
+	// waits for (in case its cause's publish was lost; a duplicate
+	// otherwise); ended, it sends nothing.
+	for _, tc := range []struct {
+		inst SagaInstance
+		want []string
+	}{{inst, []string{"take-payment.compensate"}}, {SagaCompensationDone(s, inst, 1, "d", now).Instance, nil}} {
+		if tr := SagaTimedOut(s, tc.inst, time.Hour, "timer", now); tr.Write || tr.Outcome != OutcomeDuplicate || !slices.Equal(sent(tr), tc.want) {
+			t.Errorf("SagaTimedOut of a %s instance = %+v, want a duplicate that writes nothing and sends %v", tc.inst.State, tr, tc.want)
 		}
 	}
 }
@@ -444,5 +450,34 @@ func TestSagaStartRedeliveredWithItsFirstStepSkippedSendsAgain(t *testing.T) {
 	if again := SagaAccept(&noop, sagaConsumer(gift.Name, "wrap", false), &done.Instance, allSkipped, now); done.Instance.State != SagaCompleted ||
 		again == nil || !slices.Equal(sent(*again), []string{"reply:completed"}) {
 		t.Errorf("a saga all of whose steps are skipped: %s, then its starting message again sends %v; want completed, the reply sent again", done.Instance.State, again)
+	}
+}
+
+// TestSagaTimeoutRedeliveredAfterItsWriteSendsAgain: the timeout delivered
+// again after its write (a crash before the publish) sends again what its
+// handling sent: the first compensation, or the reply when there was
+// nothing to compensate.
+func TestSagaTimeoutRedeliveredAfterItsWriteSendsAgain(t *testing.T) {
+	p := sagaPlan(t)
+	s := sagaOf(t, p, "place-order")
+	start := InboundOf(Message{MessageID: "m-1", ReplyTo: "q", Body: []byte(`{"id":"o-1","items":[1]}`)})
+	running := SagaStart(s, sagaConsumer(s.Name, "take-payment", false), start, now).Instance
+	atStock := SagaStepSucceeded(s, running, nil, 1, "d", now).Instance
+	for _, tc := range []struct {
+		name string
+		inst SagaInstance
+		want []string
+	}{
+		{"at the second step: take-payment's compensation", atStock, []string{"take-payment.compensate"}},
+		{"at the first step: nothing to compensate, the reply", running, []string{"reply:compensated"}},
+	} {
+		first := SagaTimedOut(s, tc.inst, time.Hour, "timer", now)
+		again := SagaTimedOut(s, first.Instance, time.Hour, "timer", now)
+		if !first.Write || !slices.Equal(sent(first), tc.want) || again.Write || again.Outcome != OutcomeDuplicate || !slices.Equal(sent(again), tc.want) {
+			t.Errorf("%s: the timeout sent %v, again %v (%s, write %v); want %v both times, the second a duplicate writing nothing", tc.name, sent(first), sent(again), again.Outcome, again.Write, tc.want)
+		}
+		if len(first.Publish) > 0 && !first.Publish[0].BestEffort && first.Publish[0].MessageID != again.Publish[0].MessageID {
+			t.Errorf("%s: sent again with id %s, want %s", tc.name, again.Publish[0].MessageID, first.Publish[0].MessageID)
+		}
 	}
 }
