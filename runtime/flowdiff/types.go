@@ -46,7 +46,11 @@ func (d *differ) types() {
 	for _, key := range order {
 		g := groups[key]
 		c := g.change
-		c.Msg = strings.ReplaceAll(c.Msg, "READERS", strings.Join(g.readers, ", "))
+		verb := "read"
+		if len(g.readers) == 1 {
+			verb = "reads"
+		}
+		c.Msg = strings.ReplaceAll(strings.ReplaceAll(c.Msg, "\x00R", strings.Join(g.readers, ", ")), "\x00V", verb)
 		if c.Breaking {
 			slices.Sort(g.queues)
 			c.Queues = slices.Compact(g.queues)
@@ -74,13 +78,15 @@ func (d *differ) typeChange(oc, nc *plan.Consumer, p *problem) Change {
 		}
 		return fmt.Sprintf("type %q", t)
 	}
+	// \x00R stands for the readers and \x00V for the verb that agrees with
+	// them, filled in once every reader of the change is known.
 	var narrowed, widened string
 	if nc.Input == oc.Input {
-		narrowed = fmt.Sprintf("%s, read by READERS, is narrowed", name(nc.Input))
-		widened = fmt.Sprintf("%s, read by READERS, changes and accepts everything it did", name(nc.Input))
+		narrowed = fmt.Sprintf("%s, read by \x00R, is narrowed", name(nc.Input))
+		widened = fmt.Sprintf("%s, read by \x00R, changes and accepts everything it did", name(nc.Input))
 	} else {
-		narrowed = fmt.Sprintf("READERS now read %s instead of %s, which is narrower", name(nc.Input), name(oc.Input))
-		widened = fmt.Sprintf("READERS now read %s instead of %s, which accepts everything the old one did", name(nc.Input), name(oc.Input))
+		narrowed = fmt.Sprintf("\x00R now \x00V %s instead of %s, which is narrower", name(nc.Input), name(oc.Input))
+		widened = fmt.Sprintf("\x00R now \x00V %s instead of %s, which accepts everything the old one did", name(nc.Input), name(oc.Input))
 	}
 	if p == nil {
 		return Change{Kind: TypeWidened, Pos: pos, Msg: widened, InFlight: "messages written under the old type still validate"}
