@@ -77,7 +77,9 @@ func (sc *sagaCall) step(ctx context.Context, d *delivery) decide.Decision {
 	}
 	id, start := decide.SagaInstanceID(in)
 	compensation := sc.c.Queue == plan.CompensateQueue(sc.saga.Name, sc.c.Step)
-	ran := false // the handler ran on this delivery, and its write was refused as stale
+	// ran: the handler ran on this delivery and its write was refused as
+	// stale; succeeded: it returned no error.
+	ran, succeeded := false, false
 	for range sagaStaleTries {
 		now := sc.now()
 		rec, ok, err := sc.store.GetSaga(ctx, id)
@@ -109,8 +111,13 @@ func (sc *sagaCall) step(ctx context.Context, d *delivery) decide.Decision {
 			if ran && inst != nil {
 				// Its instance moved on while the handler ran: the
 				// saga's timeout, most likely. What the handler did is
-				// not recorded, and not undone.
-				sc.logger().Warn("saga handler's result not recorded: its instance moved on while it ran; what it did is not undone",
+				// not recorded, and not undone: a person has to look
+				// when it succeeded.
+				level := slog.LevelWarn
+				if succeeded {
+					level = slog.LevelError
+				}
+				sc.logger().Log(ctx, level, "saga handler's result not recorded: its instance moved on while it ran; what it did is not undone",
 					"saga", sc.saga.Name, "step", sc.c.Step, "message_id", in.Env.MessageID, "outcome", inst.State)
 			}
 			return t.Decision()
@@ -163,7 +170,7 @@ func (sc *sagaCall) step(ctx context.Context, d *delivery) decide.Decision {
 		next.Version = rec.Version
 		if _, err := sc.store.AdvanceSaga(ctx, next); err != nil {
 			if errors.Is(err, stores.ErrStaleSaga) {
-				ran = true
+				ran, succeeded = true, callErr == nil
 				continue // another delivery moved the instance: decide anew
 			}
 			// The outcome is not recorded: the delivery comes round again
