@@ -70,19 +70,19 @@ func CheckPlugins(ctx context.Context, pl *plan.Plan) spec.Diagnostics {
 		}
 	}
 	for _, c := range pl.Consumers {
-		if c.Saga != "" {
-			continue // checked below, as the saga's steps
+		what := fmt.Sprintf("consumer %q", c.ID)
+		switch {
+		case c.Handler == "":
+			continue // a saga's timeout: no handler
+		case c.Saga != "" && c.Compensate:
+			// A compensation gets the saga's input, and returns nothing
+			// anyone reads.
+			check(c.At, c.File.File, c.Handler, c.Input, "", fmt.Sprintf("saga %q step %q compensation", c.Saga, c.Step))
+			continue
+		case c.Saga != "":
+			what = fmt.Sprintf("saga %q step %q", c.Saga, c.Step)
 		}
-		check(c.At, c.File.File, c.Handler, c.Input, c.Output, fmt.Sprintf("consumer %q", c.ID))
-	}
-	for _, s := range pl.Sagas {
-		for _, st := range s.Steps {
-			file := s.At.File
-			check(s.At, file, st.Handler, "", "", fmt.Sprintf("saga %q step %q", s.Name, st.Name))
-			if st.Compensate != "" {
-				check(s.At, file, st.Compensate, "", "", fmt.Sprintf("saga %q step %q compensation", s.Name, st.Name))
-			}
-		}
+		check(c.At, c.File.File, c.Handler, c.Input, c.Output, what)
 	}
 	ds.Sort()
 	return ds
