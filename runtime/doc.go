@@ -22,23 +22,26 @@
 //
 //  1. New(plan, Options) checks what this runtime can run and allocates.
 //     Options.Handlers registers in-process Go handlers next to plugins;
-//     Options.Store is the idempotency store for idempotent consumers.
+//     Options.Store is the idempotency store for idempotent consumers;
+//     Options.Sagas the store of the sagas' instances, and Options.Schedules
+//     that of the schedules' ticks.
 //  2. Run(ctx) connects, declares the topology, starts the plugins and one
-//     consumer group per step and consumer, and blocks until ctx is done
+//     consumer group per step, consumer, saga step, compensation and saga
+//     timeout, and blocks until ctx is done
 //     and every consumer has drained. While it runs, the registry
 //     (Consumers, Start, Stop, Scale, Prefetch, Pause, Resume) steers the
 //     consumer groups; runtime/admin serves it over HTTP with Metrics.
 //  3. PublishAt(ctx, msg, at) and PublishIn(ctx, msg, d), while Run runs,
 //     deliver a message later through the delay ladder (FLOW-FORMAT §4):
 //     it returns once the broker has it in the ladder. A runtime declares
-//     the ladder and consumes its `.due` queue when a step has a `delay:` or
-//     Options.Delays is set (`acemq-flow run` sets it, so that what any
+//     the ladder and consumes its `.due` queue when a step has a `delay:`,
+//     a saga a `timeout:`, or Options.Delays is set (`acemq-flow run` sets it, so that what any
 //     client puts in the ladder is delivered).
 //
 // A consumer group carries each delivery through its step, a chain of
 // small wrappers around the handler call (step.go: the payload checks, the
 // check that the exchanges a decision publishes to exist, the delay ladder
-// for a step with a delay, the claim gate, the call), then carries the
-// decision out: publish with
-// confirms, then acknowledge.
+// for a step with a delay, the claim gate, the call, or for a saga's
+// consumer the saga wrapper around it, step_saga.go), then carries the
+// decision out: publish with confirms, then acknowledge.
 package runtime
