@@ -383,10 +383,14 @@ func (d *differ) itineraries() {
 // stopQueues are the queues bound to the stops' exchanges and routing keys
 // in the old plan, with their ladders: where carried slips wait.
 func (d *differ) stopQueues(stops []plan.Stop) []string {
+	types := map[string]string{}
+	for _, e := range d.op.Exchanges {
+		types[e.Name] = e.Type
+	}
 	var ids []string
 	for _, s := range stops {
 		for _, b := range d.op.Bindings {
-			if b.Exchange == s.Exchange && b.RoutingKey == s.RoutingKey && b.Queue != "" {
+			if b.Exchange == s.Exchange && b.Queue != "" && routes(types[b.Exchange], b.RoutingKey, s.RoutingKey) {
 				if q := d.oq[b.Queue]; q != nil && q.Owner != "" {
 					ids = append(ids, q.Owner)
 				}
@@ -394,6 +398,39 @@ func (d *differ) stopQueues(stops []plan.Stop) []string {
 		}
 	}
 	return ownedAll(d.op, ids...)
+}
+
+// routes reports whether a binding with key binding routes a message
+// published with key key: topic patterns (`*` one word, `#` any number) on
+// a topic exchange, the same key otherwise. An exchange no loaded flow
+// declares has no type here; it is taken as topic when the binding is a
+// pattern, so that no queue the slips may reach is left out.
+func routes(exchangeType, binding, key string) bool {
+	if binding == key {
+		return true
+	}
+	if exchangeType != "topic" && (exchangeType != "" || !strings.ContainsAny(binding, "*#")) {
+		return false
+	}
+	return topicMatch(strings.Split(binding, "."), strings.Split(key, "."))
+}
+
+func topicMatch(pattern, words []string) bool {
+	if len(pattern) == 0 {
+		return len(words) == 0
+	}
+	switch pattern[0] {
+	case "#":
+		for i := 0; i <= len(words); i++ {
+			if topicMatch(pattern[1:], words[i:]) {
+				return true
+			}
+		}
+		return false
+	case "*":
+		return len(words) > 0 && topicMatch(pattern[1:], words[1:])
+	}
+	return len(words) > 0 && pattern[0] == words[0] && topicMatch(pattern[1:], words[1:])
 }
 
 func stopPos(it plan.Itinerary, name string) spec.Pos {

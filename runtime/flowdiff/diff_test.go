@@ -3,6 +3,7 @@ package flowdiff
 import (
 	"fmt"
 	"io/fs"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -392,4 +393,51 @@ func dump(cs Changes) string {
 		fmt.Fprintf(&b, "  %s\n", c)
 	}
 	return b.String()
+}
+
+func TestRoutes(t *testing.T) {
+	cases := []struct {
+		typ, binding, key string
+		want              bool
+	}{
+		{"topic", "order.charge", "order.charge", true},
+		{"topic", "order.*", "order.charge", true},
+		{"topic", "order.*", "order.charge.eu", false},
+		{"topic", "order.#", "order.charge.eu", true},
+		{"topic", "#", "anything.at.all", true},
+		{"topic", "#.eu", "order.charge.eu", true},
+		{"topic", "order.#.eu", "order.eu", true},
+		{"direct", "order.*", "order.charge", false},
+		{"", "order.*", "order.charge", true},
+		{"", "order.x", "order.charge", false},
+	}
+	for _, tc := range cases {
+		if got := routes(tc.typ, tc.binding, tc.key); got != tc.want {
+			t.Errorf("routes(%q, %q, %q) = %t, want %t", tc.typ, tc.binding, tc.key, got, tc.want)
+		}
+	}
+}
+
+// TestCompareExamplesWithThemselves: every example flow compared with
+// itself has no change, and the change check of one against another
+// names only what differs.
+func TestCompareExamplesWithThemselves(t *testing.T) {
+	set, err := spec.LoadPaths(spec.Options{}, "../../examples/flows")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl, err := plan.Compile(set.Flows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	side := Side{Flows: set.Flows, Plan: pl, ReadFile: os.ReadFile}
+	if got := Compare(side, side); len(got) != 0 {
+		t.Errorf("Compare(examples, examples):\n%s\nwant no change", dump(got))
+	}
+	if got := Compare(Side{}, side); len(got) == 0 || got.Breaking() {
+		t.Errorf("Compare(nothing, examples) = %v, want additions only", kinds(got))
+	}
+	if got := Compare(side, Side{}); !got.Breaking() {
+		t.Errorf("Compare(examples, nothing) = %v, want removals that break", kinds(got))
+	}
 }
