@@ -34,6 +34,7 @@ test: services build
 	$(GO) test -count=1 -timeout 25m ./...
 	$(GO) test -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime 15s -fuzzminimizetime 5s ./spec
 	$(GO) test -run '^$$' -fuzz '^FuzzParseItinerary$$' -fuzztime 10s -fuzzminimizetime 5s ./runtime/decide
+	$(GO) test -run '^$$' -fuzz '^FuzzReadClaimCheck$$' -fuzztime 10s -fuzzminimizetime 5s ./runtime/decide
 	$(MAKE) -s chaos-short
 
 fuzz:

@@ -46,12 +46,16 @@
 //     AdvanceSaga (presenting the version read) for every other;
 //     `acemq-flow sagas` uses GetSaga, ListSagas and CountSagas, and the
 //     saga metrics CountSagas.
-//  8. On a schedule (hourly): Set.Purge deletes expired claims, old
+//  8. The schema registry (Schemas): RegisterSchema and the lookups, for
+//     the admin listener's Confluent-compatible REST API and `acemq-flow
+//     schemas`; package stores/schemacompat holds its canonical forms and
+//     compatibility rules. Nothing purges it.
+//  9. On a schedule (hourly): Set.Purge deletes expired claims, old
 //     confirmations, records published more than
 //     Options.PublishedRetention ago and ticks claimed before that but each
 //     schedule's latest, and saga instances that ended before that;
 //     nothing else deletes them.
-//  9. Close.
+//  10. Close.
 //
 // The protocols — who calls what when, and what each error means — are
 // stated on Idempotency, OutboxRelay, ScheduleTicks and Sagas. In short: a

@@ -32,8 +32,9 @@ func (e *SchemaError) Error() string {
 }
 
 // Set is what every backend provides behind one store URL: the idempotency
-// store, the relay side of the outbox, the schedule ticks and the saga
-// instances, plus schema management. The outbox write side depends on the backend's transaction type; get it from
+// store, the relay side of the outbox, the schedule ticks, the saga
+// instances and the schema registry (which Purge never touches), plus
+// schema management. The outbox write side depends on the backend's transaction type; get it from
 // the concrete store (postgres.Store.Outbox, sqlite.Store.Outbox,
 // memory.Store.Outbox). Package stores/storeurl opens a Set from a store
 // URL.
@@ -48,6 +49,7 @@ type Set interface {
 	OutboxRelay
 	ScheduleTicks
 	Sagas
+	Schemas
 
 	// Migrate applies the backend's embedded migrations that are not yet
 	// recorded in acemq_migrations. Concurrent Migrate calls are safe.

@@ -29,6 +29,7 @@ type Store struct {
 	nextID int64
 	ticks  map[string]map[int64]struct{}  // schedule → claimed ticks, unix milliseconds
 	sagas  map[string]stores.SagaInstance // instance id → instance, deep copies
+	reg    registry                       // the schema registry
 }
 
 var _ stores.Set = (*Store)(nil)

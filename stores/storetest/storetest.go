@@ -118,6 +118,7 @@ func RunAll(t *testing.T, open Opener, f Features) {
 	t.Run("purge", func(t *testing.T) { RunPurge(t, open, f) })
 	t.Run("schedule ticks", func(t *testing.T) { RunScheduleTicks(t, open, f) })
 	t.Run("sagas", func(t *testing.T) { RunSagas(t, open, f) })
+	t.Run("schemas", func(t *testing.T) { RunSchemas(t, open, f) })
 }
 
 // RunSchema checks, for a backend with tables, that opening a store creates
