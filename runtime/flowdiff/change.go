@@ -24,6 +24,7 @@ const (
 	SagaRemoved         Kind = "saga-removed"
 	SagaStepRemoved     Kind = "saga-step-removed"
 	SagaStepRenamed     Kind = "saga-step-renamed"
+	SagaStepAdded       Kind = "saga-step-added" // running instances keep their steps by position
 	CompensationRemoved Kind = "compensation-removed"
 	ConsumerRemoved     Kind = "consumer-removed"
 	ConsumerRenamed     Kind = "consumer-renamed" // breaking when idempotent
@@ -45,7 +46,6 @@ const (
 	StopAdded           Kind = "stop-added"
 	StopConditionChange Kind = "stop-condition-changed"
 	SagaAdded           Kind = "saga-added"
-	SagaStepAdded       Kind = "saga-step-added"
 	CompensationAdded   Kind = "compensation-added"
 	SagaTimeoutChanged  Kind = "saga-timeout-changed"
 	ConsumerAdded       Kind = "consumer-added"

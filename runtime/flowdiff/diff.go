@@ -327,8 +327,11 @@ func (d *differ) ladder(oc, nc *plan.Consumer) {
 		change = fmt.Sprintf(" (%s → %s)", ladderText(oc.Retry), ladderText(nc.Retry))
 	}
 	if len(orphaned) > 0 {
-		d.add(Change{Kind: RetryRungsOrphaned, Breaking: true, Pos: nc.At,
-			Msg: fmt.Sprintf("the retry ladder of %s changes%s and no longer declares %s", what(nc), change, queueList(orphaned)),
+		msg := fmt.Sprintf("the retry ladder of %s changes%s and no longer declares %s", what(nc), change, queueList(orphaned))
+		if change == "" && oc.Idempotent && !nc.Idempotent {
+			msg = fmt.Sprintf("%s is no longer idempotent, so its in-progress rung %q is no longer declared", what(nc), orphaned[0])
+		}
+		d.add(Change{Kind: RetryRungsOrphaned, Breaking: true, Pos: nc.At, Msg: msg,
 			InFlight: fmt.Sprintf("messages waiting there still go back to %q when their TTL ends, but the queues stay on the broker, "+
 				"unmanaged, until someone deletes them", nc.Queue),
 			Deploy: "deploy, then delete each one once it is empty (acemq-flow inspect QUEUE --limit 0 shows its depth); " +
@@ -614,7 +617,8 @@ func (d *differ) saga(os, ns plan.Saga) {
 		}
 		d.add(Change{Kind: SagaStepRemoved, Breaking: true, Pos: sagaStepPos(os, s, false), Old: true,
 			Msg: fmt.Sprintf("step %q of saga %q is removed", s, os.Name),
-			InFlight: "instances running now at it or past it can neither go on nor compensate it, " +
+			InFlight: "an instance keeps the records of the steps it started with, by position: one running at the deploy " +
+				"finds its records no longer line up with the saga's steps, one at the step or past it cannot compensate it, " +
 				"and messages waiting in " + queueList(ownedAll(d.op, ids...)) + " are never consumed again",
 			Deploy: drain + ", then remove the step", Queues: strand})
 	}
@@ -622,8 +626,15 @@ func (d *differ) saga(os, ns plan.Saga) {
 		if has(oldIdx, s) || i < len(on) && !has(newIdx, on[i]) {
 			continue
 		}
-		d.add(Change{Kind: SagaStepAdded, Pos: sagaStepPos(ns, s, false), Msg: fmt.Sprintf("step %q is added to saga %q", s, ns.Name),
-			InFlight: "instances started after the deploy run it"})
+		// An instance keeps one record per step of the saga it started
+		// under, by position, and the runtime reads the record at the
+		// position of the step's name in the saga as deployed.
+		d.add(Change{Kind: SagaStepAdded, Breaking: true, Pos: sagaStepPos(ns, s, false),
+			Msg: fmt.Sprintf("step %q is added to saga %q", s, ns.Name),
+			InFlight: "an instance keeps the records of the steps it started with, by position, and the runtime finds a step's record " +
+				"at its position in the saga as deployed: an instance running at the deploy has no record for the new step " +
+				"and is dead-lettered when it reaches it, or the records after it no longer line up",
+			Deploy: drain + "; instances started after the deploy run the new step", Queues: ownedAll(d.op, sagaIDs(os)...)})
 	}
 	oldCommon := slices.DeleteFunc(slices.Clone(on), func(s string) bool { return !has(newIdx, s) })
 	newCommon := slices.DeleteFunc(slices.Clone(nn), func(s string) bool { return !has(oldIdx, s) })

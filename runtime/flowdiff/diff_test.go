@@ -268,6 +268,22 @@ func TestCompare(t *testing.T) {
 			want:  []string{"saga-step-removed"},
 		},
 		{
+			name:  "a saga step added breaks the instances running, whose step records are by position",
+			edits: []string{"      - {name: ship, handler: k.ship}\n", "      - {name: ship, handler: k.ship}\n      - {name: mail, handler: k.mail}\n"},
+			want:  []string{"saga-step-added"},
+		},
+		{
+			name:  "a consumer no longer idempotent orphans its in-progress rung",
+			edits: []string{"    handler: k.y\n    idempotent: true\n", "    handler: k.y\n"},
+			want:  []string{"retry-rungs-orphaned", "(idempotent-changed)"},
+			first: RetryRungsOrphaned,
+			check: func(t *testing.T, c Change) {
+				if !strings.Contains(c.Msg, `consumer "cy" is no longer idempotent, so its in-progress rung "q.y.retry.1s" is no longer declared`) {
+					t.Errorf("message %q does not name the in-progress rung", c.Msg)
+				}
+			},
+		},
+		{
 			name:  "a removed compensation",
 			edits: []string{"{name: pay, handler: k.pay, compensate: k.refund}", "{name: pay, handler: k.pay}"},
 			want:  []string{"compensation-removed"},
