@@ -410,11 +410,16 @@ func restartDelay(quickFailures int) time.Duration {
 // dialOptions tune the connection to a plugin for many small messages in
 // flight: fixed, large flow-control windows, so that the stream never
 // stalls for window updates and gRPC sends no bandwidth-probing pings; and
-// buffers that are not cleared on reuse (proto.Buffers).
+// buffers that are not cleared on reuse (proto.Buffers). A message may be
+// as large as the call socket's frame (proto.MaxFrame), not gRPC's default
+// of 4 MiB, so that a plugin gets the whole payload either way
+// (plugins/README.md, "Payload size"); go-plugin sets the same today, and
+// this keeps it so whatever go-plugin does.
 var dialOptions = []grpc.DialOption{
 	grpc.WithInitialWindowSize(flowWindow),
 	grpc.WithInitialConnWindowSize(flowWindow),
-	grpc.WithDefaultCallOptions(grpc.ForceCodecV2(proto.Codec)),
+	grpc.WithDefaultCallOptions(grpc.ForceCodecV2(proto.Codec),
+		grpc.MaxCallRecvMsgSize(proto.MaxFrame), grpc.MaxCallSendMsgSize(proto.MaxFrame)),
 	experimental.WithBufferPool(proto.Buffers),
 }
 
