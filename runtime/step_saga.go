@@ -39,9 +39,10 @@ import (
 // compensating or ended it is a duplicate. A handler still running when
 // the timeout is recorded finds, when it ends, an instance that moved on:
 // its write is refused as stale, it reads the instance again, and its
-// result is a duplicate, not recorded, so its step is not compensated (the
-// plugin's call timeout bounds how long that window is; keep it well under
-// the saga's timeout).
+// result is a duplicate, not recorded, so its step is not compensated; a
+// successful one is logged as an error, since what it did is not undone
+// (the plugin's call timeout bounds how long that window is; keep it well
+// under the saga's timeout).
 
 // sagaStore is what the saga wrapper needs of the store.
 type sagaStore interface {
@@ -50,8 +51,8 @@ type sagaStore interface {
 	AdvanceSaga(ctx context.Context, inst stores.SagaInstance) (stores.SagaInstance, error)
 }
 
-// sagaCall is the saga wrapper of one consumer: c consumes a step's queue
-// or its compensation's queue of saga.
+// sagaCall is the saga wrapper of one consumer: c consumes a step's queue,
+// its compensation's, or the timeout's queue of saga.
 type sagaCall struct {
 	saga  *plan.Saga
 	c     *plan.Consumer
