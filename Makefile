@@ -12,13 +12,13 @@ export ACEMQ_TEST_POSTGRES_URL ?= postgres://acemq:acemq@127.0.0.1:5432/test?ssl
 export ACEMQ_TEST_PYTHON       ?= /usr/bin/python3
 export CGO_ENABLED             ?= 0
 
-.PHONY: all build test run bench chaos chaos-short generate lint services fuzz clean
+.PHONY: all build test run bench chaos chaos-short generate lint services fuzz clean image image-test
 
 all: build
 
 build:
 	@mkdir -p $(BIN)/plugins
-	$(GO) build -trimpath -o $(BIN)/acemq-flow ./cmd/acemq-flow
+	$(GO) build -trimpath -buildvcs=auto -o $(BIN)/acemq-flow ./cmd/acemq-flow
 	@for p in $(GO_PLUGINS); do \
 		echo "$(GO) build -o $(BIN)/plugins/$$p ./examples/plugins/$$p"; \
 		$(GO) build -trimpath -o $(BIN)/plugins/$$p ./examples/plugins/$$p || exit 1; \
@@ -63,6 +63,17 @@ chaos-short: services build
 
 generate:
 	@scripts/generate.sh
+
+# The container images, built by ko without a Docker daemon or a registry:
+# bin/image/acemq-flow and bin/image/acemq-flow-plugins, each an OCI layout
+# and a tarball (deploy/README.md says how to push and run them).
+image:
+	@scripts/image.sh
+
+# Builds the images and inspects them: user, entrypoint, labels, size, no shell.
+image-test:
+	@scripts/image.sh install-ko
+	PATH="$$($(GO) env GOPATH)/bin:$$PATH" $(GO) test -count=1 -v ./test/image
 
 lint:
 	$(GO) vet ./...
