@@ -117,7 +117,7 @@ func TestDiffBase(t *testing.T) {
 	}
 	for _, want := range []string{
 		`flows/shop.yaml:12:10: error: step "charge" of pipeline "orders" is removed`,
-		`flows/shop.yaml:6:3: error: type "Order", read by step "ship" of pipeline "orders", step "validate" of pipeline "orders", is narrowed: at $, property "id" is required`,
+		`flows/shop.yaml:6:3: error: type "Order", read by step "ship" of pipeline "orders", step "validate" of pipeline "orders", is narrowed, so it may refuse what a writer with the old one wrote: at $.id, the property is now required`,
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("diff --base main flows: stdout lacks %q:\n%s", want, out)

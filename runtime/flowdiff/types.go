@@ -32,7 +32,7 @@ func (d *differ) types() {
 		if reflect.DeepEqual(bare(od), bare(nd)) {
 			continue // the same, or annotations alone changed
 		}
-		p := narrowing(nd, od, "$")
+		p := narrowing(nd, od)
 		key := fmt.Sprintf("%t|%s|%s|%s|%s", p != nil, fileOf(nc.File), nc.Input, fileOf(oc.File), oc.Input)
 		g := groups[key]
 		if g == nil {
@@ -92,7 +92,7 @@ func (d *differ) typeChange(oc, nc *plan.Consumer, p *problem) Change {
 		return Change{Kind: TypeWidened, Pos: pos, Msg: widened, InFlight: "messages written under the old type still validate"}
 	}
 	return Change{Kind: TypeNarrowed, Breaking: true, Pos: pos,
-		Msg: fmt.Sprintf("%s: at %s, %s", narrowed, p.path, p.reason),
+		Msg: fmt.Sprintf("%s, so it may refuse what a writer with the old one wrote: at %s, %s", narrowed, p.path, p.reason),
 		InFlight: "messages written under the old type, waiting in its readers' queues, retry queues and .dlq, may fail the new type " +
 			"and are then dead-lettered as fatal when delivered",
 		Deploy: "widen it instead (accept what the old type did: a new field optional, old values still allowed), " +
@@ -155,7 +155,32 @@ func (d *differ) typeDoc(side Side, f *spec.Flow, name string) any {
 	// An inline type lives beside its flow file (spec resolves it there).
 	base := path.Join(f.Dir, path.Base(f.File))
 	r := resolver{read: side.ReadFile}
-	return stripDefs(r.resolve(doc, base, doc, 0))
+	doc = r.resolve(doc, base, doc, 0)
+	if hasRef(doc) {
+		return doc // a $ref left (a cycle): its $defs stay, compared as written
+	}
+	return stripDefs(doc)
+}
+
+func hasRef(v any) bool {
+	switch v := v.(type) {
+	case map[string]any:
+		for k, x := range v {
+			if _, ok := x.(string); ok && k == "$ref" {
+				return true
+			}
+			if k != "enum" && k != "const" && k != "default" && k != "examples" && hasRef(x) {
+				return true
+			}
+		}
+	case []any:
+		for _, x := range v {
+			if hasRef(x) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 type resolver struct {
@@ -277,6 +302,13 @@ func stripDefs(v any) any {
 		return out
 	}
 	return v
+}
+
+// annotations are the keywords that describe a schema without
+// constraining it.
+var annotations = map[string]bool{
+	"title": true, "description": true, "default": true, "examples": true, "$comment": true,
+	"$schema": true, "$id": true, "deprecated": true, "readOnly": true, "writeOnly": true,
 }
 
 // bare is a schema without its annotations (title, description, ...),
