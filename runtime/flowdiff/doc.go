@@ -7,9 +7,10 @@
 // It works from the plans, so every queue, rung and exchange is named
 // exactly as it reaches the broker, and from the spec for positions and
 // payload types. It does no I/O of its own: $ref'd schema files are read
-// through Options.ReadFile, and queue depths (acemq-flow diff --amqp)
-// through the function Settle is given. It imports spec and runtime/plan
-// only.
+// through Side.ReadFile, and queue depths (acemq-flow diff --amqp) through
+// the function Settle is given. It imports spec, runtime/plan and the
+// schema registry's compatibility rules (stores/schemacompat), never the
+// broker.
 //
 // Use:
 //  1. Compare(old, new, opts) returns the changes, sorted by position.
