@@ -51,7 +51,11 @@ type Options struct {
 	Plan *plan.Plan
 	// Metrics is what /metrics serves.
 	Metrics prometheus.Gatherer
-	Log     *slog.Logger // nil discards
+	// Registry, when set, is served at the root as the Confluent Schema
+	// Registry REST API (registry.go): /schemas/ids/{id}, /subjects/...,
+	// /compatibility/..., /config. Every stores.Set is one.
+	Registry Registry
+	Log      *slog.Logger // nil discards
 }
 
 // Server serves the admin API.
@@ -227,6 +231,9 @@ func (s *Server) Handler() http.Handler {
 	})
 	change("/v1/pause", func(*http.Request) error { return r.Pause() })
 	change("/v1/resume", func(req *http.Request) error { return r.Resume(req.Context()) })
+	if s.opts.Registry != nil {
+		s.registryRoutes(mux)
+	}
 	return mux
 }
 
