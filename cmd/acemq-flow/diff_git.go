@@ -116,23 +116,63 @@ func (g *gitBase) copyTree(ctx context.Context, rel string) (bool, error) {
 			}
 		}
 	}
+	var want []string
 	for _, e := range entries {
-		if !isFile && !strings.HasSuffix(e, ".yaml") && !strings.HasSuffix(e, ".yml") && !strings.HasSuffix(e, ".json") {
-			continue
+		if isFile || strings.HasSuffix(e, ".yaml") || strings.HasSuffix(e, ".yml") || strings.HasSuffix(e, ".json") {
+			want = append(want, e)
 		}
-		data, err := git(ctx, g.top, "cat-file", "blob", g.ref+":"+e)
-		if err != nil {
-			return false, fmt.Errorf("read %s at %s: %w", e, g.ref, err)
-		}
+	}
+	blobs, err := g.read(ctx, want)
+	if err != nil {
+		return false, err
+	}
+	for i, e := range want {
 		dst := filepath.Join(g.tmp, filepath.FromSlash(e))
 		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 			return false, err
 		}
-		if err := os.WriteFile(dst, data, 0o644); err != nil {
+		if err := os.WriteFile(dst, blobs[i], 0o644); err != nil {
 			return false, err
 		}
 	}
 	return len(entries) > 0, nil
+}
+
+// read reads the files at the ref through one `git cat-file --batch`.
+func (g *gitBase) read(ctx context.Context, files []string) ([][]byte, error) {
+	if len(files) == 0 {
+		return nil, nil
+	}
+	var in strings.Builder
+	for _, f := range files {
+		if strings.ContainsAny(f, "\n\r") {
+			return nil, fmt.Errorf("read %q at %s: a file name holding a line break cannot be read", f, g.ref)
+		}
+		in.WriteString(g.ref + ":" + f + "\n")
+	}
+	cmd := exec.CommandContext(ctx, "git", "cat-file", "--batch")
+	cmd.Dir = g.top
+	cmd.Stdin = strings.NewReader(in.String())
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("read the files at %s: git cat-file: %v %s", g.ref, err, strings.TrimSpace(errb.String()))
+	}
+	blobs := make([][]byte, len(files))
+	for i, f := range files {
+		header, rest, ok := bytes.Cut(out, []byte("\n"))
+		fields := strings.Fields(string(header))
+		var size int
+		if !ok || len(fields) != 3 || fields[1] != "blob" {
+			return nil, fmt.Errorf("read %s at %s: git cat-file answered %q", f, g.ref, header)
+		}
+		if _, err := fmt.Sscan(fields[2], &size); err != nil || size+1 > len(rest) {
+			return nil, fmt.Errorf("read %s at %s: git cat-file answered %q", f, g.ref, header)
+		}
+		blobs[i], out = rest[:size], rest[size+1:]
+	}
+	return blobs, nil
 }
 
 // list names the files (blobs, no symbolic links) under rel at the ref,
