@@ -21,6 +21,7 @@ import (
 // $ref'd schemas resolve as they did.
 type gitBase struct {
 	ref      string
+	commit   string   // the ref's commit: every read names it, so a ref holding a colon or moving meanwhile changes nothing
 	top      string   // the repository's top folder
 	tmp      string   // holds the files at REF, by their paths from top
 	paths    []string // each PATH from top, slash-separated, that exists at REF
@@ -42,10 +43,12 @@ func readGitBase(ctx context.Context, ref string, paths []string) (*gitBase, err
 			"run it in the repository, or compare two folders with diff OLD NEW", cwd, err)
 	}
 	g := &gitBase{ref: ref, top: strings.TrimSpace(string(top)), cwd: cwd}
-	if _, err := git(ctx, g.top, "rev-parse", "--verify", "--quiet", "--end-of-options", ref+"^{commit}"); err != nil {
+	commit, err := git(ctx, g.top, "rev-parse", "--verify", "--quiet", "--end-of-options", ref+"^{commit}")
+	if err != nil {
 		return nil, fmt.Errorf("git knows no commit %q; name a branch, tag or commit (git fetch it first in a shallow CI clone: "+
 			"git fetch origin main, with fetch-depth: 0 on actions/checkout)", ref)
 	}
+	g.commit = strings.TrimSpace(string(commit))
 	if g.tmp, err = os.MkdirTemp("", "acemq-flow-diff-"); err != nil {
 		return nil, err
 	}
@@ -148,7 +151,7 @@ func (g *gitBase) read(ctx context.Context, files []string) ([][]byte, error) {
 		if strings.ContainsAny(f, "\n\r") {
 			return nil, fmt.Errorf("read %q at %s: a file name holding a line break cannot be read", f, g.ref)
 		}
-		in.WriteString(g.ref + ":" + f + "\n")
+		in.WriteString(g.commit + ":" + f + "\n")
 	}
 	cmd := exec.CommandContext(ctx, "git", "cat-file", "--batch")
 	cmd.Dir = g.top
@@ -178,7 +181,7 @@ func (g *gitBase) read(ctx context.Context, files []string) ([][]byte, error) {
 // list names the files (blobs, no symbolic links) under rel at the ref,
 // from the top of the repository.
 func (g *gitBase) list(ctx context.Context, rel string) ([]string, error) {
-	args := []string{"ls-tree", "-r", "-z", "--full-name", g.ref, "--"}
+	args := []string{"ls-tree", "-r", "-z", "--full-name", g.commit, "--"}
 	if rel != "" && rel != "." {
 		args = append(args, rel)
 	}
