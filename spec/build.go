@@ -39,6 +39,7 @@ func (b *builder) flow(n *node) *Flow {
 			t := &Type{Pos: k.pos, Name: k.value.(string)}
 			t.Ref, _ = b.str(v, "$ref")
 			doc := v.toJSON()
+			t.ClaimCheck, doc = b.typeClaimCheck(t.Name, v, doc)
 			raw, err := json.Marshal(doc)
 			t.Schema = raw
 			if err == nil {
@@ -174,7 +175,8 @@ func (b *builder) duration(n *node, key string) (time.Duration, Pos, bool) {
 }
 
 func (b *builder) defaults(n *node, at Pos) Defaults {
-	d := Defaults{Pos: at, QueueType: DefaultQueueType, Prefetch: DefaultPrefetch, Concurrency: DefaultConcurrency, Retry: DefaultRetry}
+	d := Defaults{Pos: at, QueueType: DefaultQueueType, Prefetch: DefaultPrefetch, Concurrency: DefaultConcurrency, Retry: DefaultRetry,
+		ClaimCheck: ClaimCheck{Pos: at, Above: DefaultClaimCheckAbove}}
 	if n == nil || n.kind != kMap {
 		return d
 	}
@@ -186,6 +188,7 @@ func (b *builder) defaults(n *node, at Pos) Defaults {
 	d.Concurrency = b.intOr(n, "concurrency", d.Concurrency)
 	d.Idempotent, _ = b.bool(n, "idempotent")
 	d.Retry = b.retry(n.get("retry"), DefaultRetry, d.Pos)
+	d.ClaimCheck = b.claimCheck(n.get("claim_check"), d.ClaimCheck, "defaults.claim_check.above")
 	return d
 }
 

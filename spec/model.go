@@ -69,6 +69,9 @@ type Defaults struct {
 	Concurrency int    `yaml:"concurrency"`
 	Idempotent  bool   `yaml:"idempotent"`
 	Retry       Retry  `yaml:"retry"`
+	// ClaimCheck is the file's claim-check threshold (FLOW-FORMAT §6),
+	// DefaultClaimCheckAbove unless set; a type may set its own.
+	ClaimCheck ClaimCheck `yaml:"claim_check"`
 }
 
 // Retry is a retry ladder policy (FLOW-FORMAT §2): MaxAttempts counts
@@ -118,6 +121,10 @@ type Type struct {
 	Schema json.RawMessage `yaml:"-"`    // the schema document, $ref resolved
 	schema validator
 	doc    any // Schema as decoded values, for checkRefs; nil once compiled
+
+	// ClaimCheck is the type's own claim-check threshold, nil when it
+	// takes the file's (Flow.ClaimCheckAbove); not part of Schema.
+	ClaimCheck *ClaimCheck `yaml:"claim_check"`
 }
 
 // HandlerRef names a handler as `<plugin>.<handler>`.

@@ -62,6 +62,7 @@ func TestSchemaAndModelDescribeTheSameFormat(t *testing.T) {
 		{"flow", doc, reflect.TypeFor[Flow](), nil},
 		{"defaults", item(doc, "defaults"), reflect.TypeFor[Defaults](), nil},
 		{"retry", item(item(doc, "defaults"), "retry"), reflect.TypeFor[Retry](), nil},
+		{"claim check", item(item(doc, "defaults"), "claim_check"), reflect.TypeFor[ClaimCheck](), nil},
 		{"plugin", elem(item(doc, "plugins")), reflect.TypeFor[Plugin](), nil},
 		{"pipeline", elem(item(doc, "pipelines")), reflect.TypeFor[Pipeline](), nil},
 		{"step", elem(item(elem(item(doc, "pipelines")), "steps")), reflect.TypeFor[Step](), nil},

@@ -257,6 +257,8 @@ func patternHint(kwLoc string) string {
 		return "a plugin name uses letters, digits and dashes only"
 	case strings.Contains(kwLoc, "/$defs/duration"):
 		return `write a duration such as "500ms", "2s", "15m" or "1h"`
+	case strings.Contains(kwLoc, "/$defs/size"):
+		return "write a size such as 64KiB or 1MiB (B, KiB, MiB, GiB), or a whole number of bytes"
 	case strings.Contains(kwLoc, "/$defs/handler"):
 		return `write it as <plugin>.<handler>, e.g. "orders.validate"`
 	case strings.Contains(kwLoc, "/$defs/name"), strings.Contains(kwLoc, "/$defs/wireName"):
