@@ -159,3 +159,19 @@ func TestDiffBaseOutsideAGitRepository(t *testing.T) {
 		t.Errorf("diff --base outside a repository: exit %d, stderr %q; want exit 2 saying so and naming diff OLD NEW", code, errOut)
 	}
 }
+
+// TestDiffBaseThatDoesNotLoad: flows that do not load at the ref stop the
+// comparison with their diagnostics, exit 2, naming the ref.
+func TestDiffBaseThatDoesNotLoad(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Fatal("git is needed for diff --base and its test")
+	}
+	broken := strings.Replace(gitFlow, "handler: k.ship", "handler: nope.ship", 1)
+	gitRepo(t, map[string]string{"flows/shop.yaml": broken, "flows/schemas/order.json": `{"type": "object"}`})
+	writeFiles(t, ".", map[string]string{"flows/shop.yaml": gitFlow})
+	out, errOut, code := cli(t, "diff", "--base", "main", "flows")
+	if code != 2 || !strings.Contains(out, `flows/shop.yaml:13:31: error: step "ship" uses handler "nope.ship"`) ||
+		!strings.Contains(errOut, "the flows at main do not load") {
+		t.Errorf("diff --base main with a broken flow at main: exit %d\nstdout: %s\nstderr: %s\nwant exit 2, the diagnostic and the ref named", code, out, errOut)
+	}
+}
