@@ -83,8 +83,9 @@ func owned(p *plan.Plan, id string) []string {
 			qs = append(qs, q.Name)
 		}
 	}
-	if c := consumers(p)[id]; c != nil && !slices.Contains(qs, c.Queue) {
-		qs = append(qs, c.Queue)
+	// A queue provided elsewhere has another owner, or none.
+	if i := slices.IndexFunc(p.Consumers, func(c plan.Consumer) bool { return c.ID == id }); i >= 0 && !slices.Contains(qs, p.Consumers[i].Queue) {
+		qs = append(qs, p.Consumers[i].Queue)
 	}
 	slices.Sort(qs)
 	return qs
