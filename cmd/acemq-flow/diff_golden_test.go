@@ -8,7 +8,8 @@ import (
 
 // TestDiffGoldens compares each old/new pair of testdata/diff, one per
 // family of changes (pipeline steps, queues and exchanges, payload types,
-// itineraries and sagas, changes that break nothing), in every format:
+// itineraries and sagas, changes that break nothing, and the rest of the
+// kinds), in every format:
 // text as CI shows it (breaking changes only) and with --all, json and
 // github with --all.
 func TestDiffGoldens(t *testing.T) {
@@ -22,6 +23,7 @@ func TestDiffGoldens(t *testing.T) {
 		{"types", 1},
 		{"routes", 1},
 		{"notices", 0},
+		{"more", 1}, // the kinds the others leave out
 	}
 	outputs := []struct {
 		ext  string

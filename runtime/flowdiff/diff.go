@@ -297,7 +297,7 @@ func (d *differ) settings(oc, nc *plan.Consumer) {
 		notice(IdempotentChanged, fmt.Sprintf("idempotent of %s changes from %t to %t", w, oc.Idempotent, nc.Idempotent), inFlight)
 	}
 	if oc.Delay != nc.Delay {
-		notice(DelayChanged, fmt.Sprintf("the delay before %s changes from %s to %s", w, oc.Delay, nc.Delay),
+		notice(DelayChanged, fmt.Sprintf("the delay before %s changes from %s to %s", w, durationOrNone(oc.Delay), durationOrNone(nc.Delay)),
 			"messages waiting in the delay ladder keep the due time they were given")
 	}
 	if oc.Description != nc.Description {
@@ -611,8 +611,9 @@ func (d *differ) saga(os, ns plan.Saga) {
 			d.add(Change{Kind: SagaStepRenamed, Breaking: true, Pos: sagaStepPos(ns, nn[i], false),
 				Msg: fmt.Sprintf("step %q of saga %q is renamed %q: its queue changes from %q to %q", s, os.Name, nn[i],
 					plan.SagaStepQueue(os.Name, s), plan.SagaStepQueue(ns.Name, nn[i])),
-				InFlight: "instances running now record the step by its old name: one at it or past it can neither go on nor compensate it, " +
-					"and messages waiting in its queues are never consumed again",
+				InFlight: fmt.Sprintf("the message of an instance running at the step waits in %q, and its compensation's in the old "+
+					"compensation queue: neither is consumed again, so the instance never ends; instances that reach the step after the "+
+					"deploy run it under the new name", plan.SagaStepQueue(os.Name, s)),
 				Deploy: drain + fmt.Sprintf("; or keep the name %q", s), Queues: strand})
 			continue
 		}
@@ -680,7 +681,7 @@ func durationOrNone(d plan.Duration) string {
 	if d == 0 {
 		return "none"
 	}
-	return d.String()
+	return plan.DelayName(time.Duration(d))
 }
 
 // ---- consumers
