@@ -44,6 +44,8 @@ var rules = []rule{
 		why: "a backend imports stores, never spec, runtime or another backend"},
 	{pkg: "stores/postgres", forbidden: []string{mod}, allowed: []string{mod + "stores$", mod + "stores/internal", mod + "stores/schemacompat"},
 		why: "a backend imports stores, never spec, runtime or another backend"},
+	{pkg: "stores/fileblobs", forbidden: []string{mod}, allowed: []string{mod + "stores$"},
+		why: "a backend imports stores, never spec, runtime or another backend"},
 	{pkg: "runtime/plan", forbidden: []string{mod}, allowed: []string{mod + "spec", mod + "schemas"},
 		why: "Compile is pure: flows in, plan out"},
 	{pkg: "runtime/decide", forbidden: []string{mod, "github.com/rabbitmq/amqp091-go", "github.com/jackc/pgx", "modernc.org/sqlite"},
