@@ -718,8 +718,8 @@ func (d *differ) plainConsumers() {
 				InFlight: "its messages are consumed under the new id; the registry (acemq-flow consumers) and its metrics name the new id"}
 			if oc.Idempotent || nc.Idempotent {
 				ch.Breaking = true
-				ch.InFlight = fmt.Sprintf("the idempotency store keys each message on the consumer id, so a message %q handled and that is "+
-					"delivered again after the deploy (a redelivery, a retry, a replay) is handled again by %q", oc.ID, nc.ID)
+				ch.InFlight = fmt.Sprintf("the idempotency store keys each message on the consumer id, so a message that %q handled and that "+
+					"is delivered again after the deploy (a redelivery, a retry, a replay) is handled again by %q", oc.ID, nc.ID)
 				ch.Deploy = fmt.Sprintf("keep the id %q, or deploy once %q, its retry queues and .dlq are empty", oc.ID, oc.Queue)
 				ch.Queues = owned(d.op, oc.ID)
 			}
