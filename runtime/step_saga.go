@@ -81,11 +81,20 @@ func (sc *sagaCall) step(ctx context.Context, d *delivery) decide.Decision {
 	// ran: the handler ran on this delivery and its write was refused as
 	// stale; succeeded: it returned no error.
 	ran, succeeded := false, false
-	for range sagaStaleTries {
+	for try := range sagaStaleTries {
 		now := sc.now()
-		rec, ok, err := sc.store.GetSaga(ctx, id)
-		if err != nil {
-			return sc.storeFailed(in, err, now)
+		var (
+			rec stores.SagaInstance
+			ok  bool
+			err error
+		)
+		// The starting message goes straight to CreateSaga, which returns
+		// the instance when it exists already (a redelivery): one round
+		// trip to the store fewer per instance.
+		if try > 0 || !start || compensation {
+			if rec, ok, err = sc.store.GetSaga(ctx, id); err != nil {
+				return sc.storeFailed(in, err, now)
+			}
 		}
 		if !ok && start && !compensation {
 			t := decide.SagaStart(sc.saga, sc.c, in, now)
