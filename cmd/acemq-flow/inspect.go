@@ -122,6 +122,12 @@ func renderInspectText(w io.Writer, v ops.QueueView) {
 		case m.SlipError != "":
 			fmt.Fprintf(w, "   slip cannot be read: %s\n", esc(m.SlipError))
 		}
+		switch {
+		case m.ClaimCheck != nil:
+			fmt.Fprintf(w, "   claim check %s: a payload of %d bytes (%s) in the blob store, not fetched\n", esc(m.ClaimCheck.Key), m.ClaimCheck.Size, esc(m.ClaimCheck.ContentType))
+		case m.ClaimCheckError != "":
+			fmt.Fprintf(w, "   claim check cannot be read: %s\n", esc(m.ClaimCheckError))
+		}
 		more := ""
 		if m.Truncated {
 			more = " …"

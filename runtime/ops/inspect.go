@@ -78,12 +78,28 @@ type MessageView struct {
 	Slip              json.RawMessage `json:"slip,omitempty"`
 	SlipText          string          `json:"slip_text,omitempty"`
 	SlipError         string          `json:"slip_error,omitempty"`
+	// ClaimCheck is a claim-checked message's reference (FLOW-FORMAT §6),
+	// read from the message without fetching the blob: the blob's key and
+	// the payload's size and content type. ClaimCheckError says why a
+	// message framed as a reference cannot be read (the runtime
+	// dead-letters such a message with that reason).
+	ClaimCheck      *ClaimCheckView `json:"claim_check,omitempty"`
+	ClaimCheckError string          `json:"claim_check_error,omitempty"`
 	// Size is the payload's length in bytes; Preview its first
 	// PreviewBytes, with bytes that are not printable text escaped (\n,
 	// \x00, \u200b); Truncated says the payload goes on.
 	Size      int    `json:"size"`
 	Preview   string `json:"preview"`
 	Truncated bool   `json:"truncated,omitempty"`
+}
+
+// ClaimCheckView is the reference a claim-checked message carries: the key
+// of its payload in the blob store, and the payload's size in bytes and
+// content type.
+type ClaimCheckView struct {
+	Key         string `json:"key"`
+	Size        int64  `json:"size"`
+	ContentType string `json:"content_type,omitempty"`
 }
 
 // Inspect reports queue's depth and a view of its first limit messages
@@ -148,7 +164,8 @@ func Inspect(ctx context.Context, url, queue string, limit int) (QueueView, erro
 
 // viewMessage builds the readable view of one delivery.
 func viewMessage(d amqp.Delivery) MessageView {
-	env := decide.ReadEnvelope(wire.Message(&d))
+	m := wire.Message(&d)
+	env := decide.ReadEnvelope(m)
 	v := MessageView{
 		MessageID:     env.MessageID,
 		CorrelationID: env.CorrelationID,
@@ -195,6 +212,11 @@ func viewMessage(d amqp.Delivery) MessageView {
 		v.SlipText = env.Slip.Text()
 	case env.SlipErr != nil:
 		v.SlipError = env.SlipErr.Error()
+	}
+	if ref, ok, err := decide.ReadClaimCheck(m); err != nil {
+		v.ClaimCheckError = err.Error()
+	} else if ok {
+		v.ClaimCheck = &ClaimCheckView{Key: ref.Key, Size: ref.Size, ContentType: ref.ContentType}
 	}
 	v.Preview, v.Truncated = Preview(d.Body, PreviewBytes)
 	return v
