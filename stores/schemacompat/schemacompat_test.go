@@ -44,6 +44,9 @@ func TestCompareAvro(t *testing.T) {
 			rec(`{"name":"a","type":["null",{"type":"record","name":"Addr","fields":[{"name":"zip","type":"string"}]}]}`), "shop.Order.a.city", "without a default"},
 		{"a union that loses a branch", rec(`{"name":"v","type":["null","int"]}`), rec(`{"name":"v","type":["null","int","string"]}`), "shop.Order.v", "string"},
 		{"a field made optional", rec(`{"name":"v","type":["null","int"]}`), rec(`{"name":"v","type":"int"}`), "", ""},
+		{"a recursive record compares without looping", `{"type":"record","name":"Node","fields":[{"name":"v","type":"int"},{"name":"w","type":"int"},{"name":"next","type":["null","Node"]}]}`,
+			`{"type":"record","name":"Node","fields":[{"name":"v","type":"int"},{"name":"next","type":["null","Node"]}]}`, "Node.w", "without a default"},
+		{"a recursive record reads itself", `{"type":"record","name":"Node","fields":[{"name":"next","type":["null","Node"]}]}`, `{"type":"record","name":"Node","fields":[{"name":"next","type":["null","Node"]}]}`, "", ""},
 		{"a renamed record", `{"type":"record","name":"Bill","fields":[]}`, `{"type":"record","name":"Invoice","fields":[]}`, "Bill", "Invoice"},
 	}
 	for _, tc := range cases {
