@@ -778,6 +778,7 @@ func (d *differ) queueDeclarations() {
 		}
 		desc := d.describeQueue(nq)
 		followers := d.followers(nq)
+		n := len(d.out)
 		if oq.Type != nq.Type {
 			also := ""
 			if len(followers) > 0 {
@@ -785,7 +786,7 @@ func (d *differ) queueDeclarations() {
 			}
 			d.add(Change{Kind: QueueTypeChanged, Breaking: true, Pos: nq.At,
 				Msg: fmt.Sprintf("%s changes type from %s to %s%s: the broker refuses to redeclare a queue with another x-queue-type "+
-					"(PRECONDITION_FAILED), so the runtime does not start (apply: create-only reports the drift)", desc, oq.Type, nq.Type, also),
+					"(PRECONDITION_FAILED), so the runtime does not start (apply: create-only and validate report the drift)", desc, oq.Type, nq.Type, also),
 				InFlight: "the queue keeps its messages under the old type, and nothing consumes them while the runtime cannot start",
 				Deploy: fmt.Sprintf("give it a new name (rename the step or the queue) and drain the old one beside it; or drain it, "+
 					"stop the runtime, delete %q and its retry queues, then deploy; or keep %s", nq.Name, oq.Type)})
@@ -794,10 +795,13 @@ func (d *differ) queueDeclarations() {
 		if diff := argumentDiff(oq.Arguments, nq.Arguments); diff != "" {
 			d.add(Change{Kind: QueueArgsChanged, Breaking: true, Pos: nq.At,
 				Msg: fmt.Sprintf("the arguments of %s change (%s): the broker refuses to redeclare a queue with other arguments "+
-					"(PRECONDITION_FAILED), so the runtime does not start (apply: create-only reports the drift)", desc, diff),
+					"(PRECONDITION_FAILED), so the runtime does not start (apply: create-only and validate report the drift)", desc, diff),
 				InFlight: "the queue keeps its messages under the old arguments, and nothing consumes them while the runtime cannot start",
 				Deploy: fmt.Sprintf("give it a new name and drain the old one beside it; or drain it, stop the runtime, delete %q, "+
 					"then deploy; or set what can be changed live as a policy (rabbitmqctl set_policy) instead of an argument", nq.Name)})
+		}
+		if len(d.out) > n && nq.Apply == spec.ApplyDryRun {
+			dryRun(&d.out[n], "queue")
 		}
 	}
 	for _, oq := range d.op.Queues {
@@ -807,6 +811,15 @@ func (d *differ) queueDeclarations() {
 				Deploy:   "delete it by hand once nothing publishes to it and it is empty"})
 		}
 	}
+}
+
+// dryRun makes a refused redeclare a notice: under `apply: dry-run` the
+// runtime declares nothing of the file, so nothing is refused.
+func dryRun(c *Change, what string) {
+	c.Msg, _, _ = strings.Cut(c.Msg, ": the broker refuses")
+	c.Breaking, c.Queues, c.Deploy = false, nil, ""
+	c.InFlight = fmt.Sprintf("its file has apply: dry-run, so the runtime declares nothing and starts; the %s on the broker keeps "+
+		"its old declaration until someone changes it", what)
 }
 
 func skipQueue(purpose string) bool {
@@ -890,12 +903,16 @@ func (d *differ) exchanges() {
 			continue
 		}
 		if o.Mode == plan.Declare && n.Mode == plan.Declare && o.Type != "" && n.Type != "" && o.Type != n.Type {
-			d.add(Change{Kind: ExchangeTypeChanged, Breaking: true, Pos: n.At,
+			c := Change{Kind: ExchangeTypeChanged, Breaking: true, Pos: n.At,
 				Msg: fmt.Sprintf("exchange %q changes type from %s to %s: the broker refuses to redeclare an exchange with another type "+
 					"(PRECONDITION_FAILED), so the runtime does not start", n.Name, o.Type, n.Type),
 				InFlight: "the exchange keeps routing as a " + o.Type + " exchange, with its bindings, until it is deleted",
 				Deploy: "declare the new type under a new exchange name and move the bindings and publishers to it; or delete and recreate " +
-					"it while nothing publishes (deleting an exchange drops its bindings, and what is published meanwhile is lost)"})
+					"it while nothing publishes (deleting an exchange drops its bindings, and what is published meanwhile is lost)"}
+			if n.Apply == spec.ApplyDryRun {
+				dryRun(&c, "exchange")
+			}
+			d.add(c)
 		}
 	}
 	for _, o := range d.op.Exchanges {

@@ -214,6 +214,18 @@ func TestCompare(t *testing.T) {
 			want:  []string{"exchange-type-changed"},
 		},
 		{
+			name:  "under apply: dry-run nothing is declared, so nothing is refused",
+			edits: []string{"topology:\n  exchanges: [{name: ev, type: topic}]", "topology:\n  apply: dry-run\n  exchanges: [{name: ev, type: direct}]"},
+			want:  []string{"(exchange-type-changed)"},
+			first: ExchangeTypeChanged,
+			check: func(t *testing.T, c Change) {
+				if c.Text() != `exchange "ev" changes type from topic to direct; its file has apply: dry-run, so the runtime declares nothing `+
+					`and starts; the exchange on the broker keeps its old declaration until someone changes it` {
+					t.Errorf("got %q", c.Text())
+				}
+			},
+		},
+		{
 			name:  "a type that requires a new field is narrowed, once for all its readers",
 			edits: []string{"required: [id]", "required: [id, total]"},
 			want:  []string{"type-narrowed"},
