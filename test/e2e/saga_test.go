@@ -35,6 +35,7 @@ types:
       id: {type: string}
       items: {type: array}
       fail: {type: string}
+      slow: {type: string}
       sleep_ms: {type: integer}
 sagas:
   - name: place-order
@@ -43,6 +44,13 @@ sagas:
       - {name: charge,  handler: kit.charge,  compensate: kit.refund,  retry: {max_attempts: 3, initial_delay: 200ms, max_delay: 200ms}}
       - {name: reserve, handler: kit.reserve, compensate: kit.release, when: "len(payload.items) > 0", retry: {max_attempts: 3, initial_delay: 200ms, max_delay: 200ms}}
       - {name: book,    handler: kit.book,    retry: {max_attempts: 3, initial_delay: 200ms, max_delay: 200ms}}
+  - name: slow-order
+    input: Order
+    timeout: 2s
+    steps:
+      - {name: charge,  handler: kit.charge,  compensate: kit.refund}
+      - {name: reserve, handler: kit.reserve, compensate: kit.release}
+      - {name: book,    handler: kit.book}
 `
 
 // sagaSetup builds the sagakit plugin and writes the flow; it returns the
@@ -286,5 +294,45 @@ func TestPlaceOrderExampleRuns(t *testing.T) {
 	}
 	if len(sum.Steps) != 3 {
 		t.Errorf("summary has %d steps, want take-payment, reserve-stock and book-courier: %s", len(sum.Steps), out)
+	}
+}
+
+// TestSagaTimeoutWhileAStepRuns: slow-order times out after 2 s while its
+// last step's handler is still at work (it takes 5 s after its effect):
+// the instance compensates the two steps done, in reverse, and replies
+// compensated with the step failed by the timeout; the handler's result,
+// when it comes, is not recorded, and the runtime logs as an error that
+// what it did is not undone.
+func TestSagaTimeoutWhileAStepRuns(t *testing.T) {
+	url := testenv.VHost(t)
+	store := testenv.PostgresSchema(t)
+	flow, effects := sagaSetup(t)
+	p := startRuntime(t, url, "--store", store, "--create-schema", flow)
+	// Only book is slow: the others answer at once.
+	data := `{"id":"t1","slow":"book","sleep_ms":5000}`
+	out, errOut, code := cli(t, "send", flow, "--amqp", url, "--saga", "slow-order", "--data", data, "--wait", "60s")
+	if code != 1 || !strings.Contains(errOut, "outcome: compensated") {
+		t.Fatalf("send --saga slow-order --wait = %d, stderr %q; want exit 1, outcome compensated", code, errOut)
+	}
+	var sum decide.SagaSummary
+	if err := json.Unmarshal([]byte(out), &sum); err != nil {
+		t.Fatalf("send printed %q, not the instance's summary: %v", out, err)
+	}
+	var states []string
+	for _, st := range sum.Steps {
+		states = append(states, st.Name+"="+st.State)
+	}
+	if got := strings.Join(states, " "); got != "charge=compensated reserve=compensated book=failed" || !strings.Contains(sum.Steps[2].Error, "timeout (2s)") {
+		t.Errorf("summary %s, book's error %q; want charge and reserve compensated, book failed by the timeout", got, sum.Steps[2].Error)
+	}
+	if !p.waitLog(t, "what it did is not undone", 30*time.Second) {
+		t.Errorf("no error logged for book's late result; the runtime's log:\n%s", p.output())
+	}
+	var got []string
+	for _, e := range readEffects(t, effects) {
+		got = append(got, e.handler)
+	}
+	if want := []string{"charge", "reserve", "book", "release", "refund"}; !slices.Equal(got, want) {
+		t.Errorf("handlers called %v, want %v (book's effect is the one not undone)", got, want)
 	}
 }

@@ -2,9 +2,10 @@
 // refund, reserve, release and book, each of which appends one line
 // "<handler> <order id> <message id>" to the file $SAGAKIT_EFFECTS before
 // it answers, so that a test counts every call, and, keyed by message id,
-// every effect. The payload is {"id", "fail", "sleep_ms"}: fail names the
-// handlers that fail for good (comma-separated), sleep_ms how long each
-// call takes after its effect is recorded. charge returns {"payment": "pay-<id>"}; refund refuses, as
+// every effect. The payload is {"id", "fail", "sleep_ms", "slow"}: fail
+// names the handlers that fail for good (comma-separated), sleep_ms how
+// long each call takes after its effect is recorded, or only the calls of
+// the handlers slow names. charge returns {"payment": "pay-<id>"}; refund refuses, as
 // fatal, a step output that is not the payment its charge returned.
 package main
 
@@ -33,6 +34,7 @@ type order struct {
 	ID      string `json:"id"`
 	Fail    string `json:"fail"`
 	SleepMS int    `json:"sleep_ms"`
+	Slow    string `json:"slow"`
 }
 
 func handle(ctx context.Context, name string, req *sdk.Request) (*sdk.Result, error) {
@@ -45,7 +47,7 @@ func handle(ctx context.Context, name string, req *sdk.Request) (*sdk.Result, er
 	}
 	// The effect has happened; the runtime has not heard of it yet. A
 	// runtime killed now calls the handler again, with the same message.
-	if o.SleepMS > 0 {
+	if o.SleepMS > 0 && (o.Slow == "" || slices.Contains(strings.Split(o.Slow, ","), name)) {
 		t := time.NewTimer(time.Duration(o.SleepMS) * time.Millisecond)
 		defer t.Stop()
 		select {
