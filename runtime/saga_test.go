@@ -340,3 +340,39 @@ func TestSagasOnTwoReplicasCompleteOnce(t *testing.T) {
 		t.Errorf("ListSagas(completed) = %d instances, %v; want %d", len(list), err, n)
 	}
 }
+
+// TestSagaMessageForNoInstanceIsDeadLettered: a step's message naming an
+// instance the store does not have (a purged or replaced store, a foreign
+// publisher) lands in the step's .dlq saying so, the handler not called.
+func TestSagaMessageForNoInstanceIsDeadLettered(t *testing.T) {
+	rig := newSagaRig(t)
+	rig.start(t)
+	ch := testenv.ConfirmedChannel(t, rig.url)
+	m := decide.Message{Exchange: "place-order", RoutingKey: "reserve", MessageID: "stray-1", ContentType: "application/json",
+		Body: []byte(`{"id":"n1","items":[1]}`), Headers: decide.Table{plan.HeaderSagaID: "no-such-instance", plan.HeaderAttempt: int64(1)}}
+	if err := ch.PublishWithContext(t.Context(), m.Exchange, m.RoutingKey, true, false, wire.Publishing(m).Publishing); err != nil {
+		t.Fatal(err)
+	}
+	dlq := plan.DeadLetterQueue(plan.SagaStepQueue("place-order", "reserve"))
+	var reason string
+	testenv.Eventually(t, 30*time.Second, func() error {
+		d, ok, err := ch.Get(dlq, true)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return testenv.Errorf("%s is empty", dlq)
+		}
+		if d.MessageId != "stray-1" {
+			return testenv.Errorf("%s holds %s, want stray-1", dlq, d.MessageId)
+		}
+		reason = decide.HeaderText(d.Headers[plan.HeaderError])
+		return nil
+	})
+	if !strings.Contains(reason, `no instance "no-such-instance" in the store`) || !strings.Contains(reason, "nothing was run") {
+		t.Errorf("dead-lettered with %q, want the missing instance named and nothing run", reason)
+	}
+	if got := rig.effects.of("n1"); len(got) != 0 {
+		t.Errorf("handlers called %v for a message of no instance, want none", got)
+	}
+}
