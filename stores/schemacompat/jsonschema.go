@@ -97,7 +97,15 @@ func jsonAt(reader, writer any, path string) *Problem {
 	if b, ok := reader.(bool); ok && !b {
 		return &Problem{Path: path, Reason: "the reader's schema is false and accepts nothing the writer wrote"}
 	}
-	r, _ := reader.(map[string]any)
+	r, ok := reader.(map[string]any)
+	if !ok {
+		// Not a schema object (the tuple form of items in older drafts):
+		// only an unchanged value is known to be compatible.
+		if reflect.DeepEqual(reader, writer) {
+			return nil
+		}
+		return &Problem{Path: path, Reason: fmt.Sprintf("changed from %s to %s, a form these rules compare only when it is unchanged", jsonText(writer), jsonText(reader))}
+	}
 	w, ok := writer.(map[string]any)
 	if !ok { // writer true: accepts anything, reader constrains
 		w = map[string]any{}

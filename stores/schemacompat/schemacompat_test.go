@@ -94,6 +94,7 @@ func TestCompareJSONSchema(t *testing.T) {
 		{"minimum lowered", obj(`"n":{"type":"number","minimum":0}`, ""), obj(`"n":{"type":"number","minimum":1}`, ""), "", ""},
 		{"inside array items", `{"type":"array","items":{"type":"object","properties":{"sku":{"type":"integer"}}}}`, `{"type":"array","items":{"type":"object","properties":{"sku":{"type":"string"}}}}`, "$[].sku", "string"},
 		{"a keyword it does not compare changed", obj(`"a":{"oneOf":[{"type":"string"}]}`, ""), obj(`"a":{"oneOf":[{"type":"string"},{"type":"null"}]}`, ""), "$.a", "oneOf changed"},
+		{"tuple items of an older draft changed", `{"$schema":"http://json-schema.org/draft-07/schema#","type":"array","items":[{"type":"integer"}]}`, `{"$schema":"http://json-schema.org/draft-07/schema#","type":"array","items":[{"type":"string"}]}`, "$[]", "changed"},
 		{"a pattern added", obj(`"a":{"type":"string","pattern":"^x"}`, ""), obj(`"a":{"type":"string"}`, ""), "$.a", "pattern"},
 	}
 	for _, tc := range cases {
