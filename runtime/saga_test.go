@@ -25,8 +25,8 @@ import (
 
 // sagaFlow has two sagas: place-order (charge, reserve only for orders
 // with items, book; the payload's "fail" names the handlers that fail for
-// good, comma-separated, and charge-output a charge whose result is not a
-// Payment) and slow-order, whose second step never succeeds in time and whose
+// good, comma-separated, a name~ one that fails every try, retryably, and
+// charge-output a charge whose result is not a Payment) and slow-order, whose second step never succeeds in time and whose
 // timeout compensates it.
 const sagaFlow = `version: acemq.flow/v1
 name: shop
@@ -93,6 +93,8 @@ func (e *sagaEffects) handlers() map[string]runtime.HandlerFunc {
 			switch {
 			case slices.Contains(strings.Split(o.Fail, ","), name):
 				return decide.Result{}, fmt.Errorf("%w: %s refused order %s", decide.ErrFatal, name, o.ID)
+			case slices.Contains(strings.Split(o.Fail, ","), name+"~"):
+				return decide.Result{}, fmt.Errorf("%s cannot do order %s now", name, o.ID)
 			case name == "wait":
 				return decide.Result{}, errors.New("not yet")
 			case name == "charge" && slices.Contains(strings.Split(o.Fail, ","), "charge-output"):
@@ -196,6 +198,8 @@ func TestSagasRunOnTheBroker(t *testing.T) {
 			"completed", "charge=completed reserve=skipped book=completed", []string{"charge", "book"}, nil},
 		{"a fatal third step compensates the others in reverse", "place-order", `{"id":"o3","items":[1],"fail":"book"}`,
 			"compensated", "charge=compensated reserve=compensated book=failed", []string{"charge", "reserve", "book", "release", "refund"}, nil},
+		{"a step whose retries run out compensates the others", "place-order", `{"id":"o8","items":[1],"fail":"book~"}`,
+			"compensated", "charge=compensated reserve=compensated book=failed", []string{"charge", "reserve", "book", "book", "release", "refund"}, nil},
 		{"a skipped step is not compensated", "place-order", `{"id":"o4","fail":"book","items":[]}`,
 			"compensated", "charge=compensated reserve=skipped book=failed", []string{"charge", "book", "refund"}, nil},
 		{"a failing compensation ends unresolved and the rest still run", "place-order", `{"id":"o5","items":[1],"fail":"book,release"}`,
@@ -254,7 +258,7 @@ func TestSagasRunOnTheBroker(t *testing.T) {
 				}
 			}
 		}
-		want := map[string]float64{"acemq_saga_instances/completed": 2, "acemq_saga_instances/compensated": 3,
+		want := map[string]float64{"acemq_saga_instances/completed": 2, "acemq_saga_instances/compensated": 4,
 			"acemq_saga_instances/unresolved": 1, "acemq_saga_instances/running": 0, "acemq_saga_unresolved/": 1}
 		for k, v := range want {
 			if got[k] != v {
