@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -13,11 +14,13 @@ import (
 
 func newPurgeCmd(s streams) *cobra.Command {
 	var (
-		storeURL  string
-		published time.Duration
+		storeURL      string
+		published     time.Duration
+		blobsURL      string
+		blobRetention time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "purge [--store URL] [--published-retention 168h]",
+		Use:   "purge [--store URL] [--published-retention 168h] [--blobs URL] [--blob-retention 720h]",
 		Short: "Delete expired claims, long-published outbox records, old schedule ticks and ended sagas, once",
 		Long: `Delete, once, what the store no longer has to keep: the idempotency claims
 whose lease ended, the confirmations past their retention (7 days after the
@@ -31,7 +34,11 @@ by default); a store only other programs use (an outbox written by
 services, relayed elsewhere) needs purge on a schedule, from cron or a
 Kubernetes CronJob. It prints what it deleted, a line per table.
 
-Environment: ACEMQ_STORE_URL (--store).`,
+With --blobs it first purges the claim check's blob store too: the blobs
+last put more than --blob-retention ago (30 days by default; a blob's time
+is that of its last put).
+
+Environment: ACEMQ_STORE_URL (--store), ACEMQ_BLOBS_URL (--blobs).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			backend, err := storeurl.Backend(storeURL)
@@ -41,9 +48,14 @@ Environment: ACEMQ_STORE_URL (--store).`,
 			if published <= 0 {
 				return usage("--published-retention must be a positive duration (168h, say), not %s", published)
 			}
+			if err := checkBlobsFlags(blobsURL, blobRetention); err != nil {
+				return err
+			}
+			// Each purge runs even when the other fails.
+			blobErr := purgeBlobs(cmd.Context(), s.out, blobsURL, blobRetention)
 			if backend == "memory" {
 				fmt.Fprintln(s.out, "the memory store keeps nothing between runs; nothing to purge")
-				return nil
+				return blobErr
 			}
 			set, err := openStoreWith(cmd.Context(), storeURL, stores.Options{PublishedRetention: published}, false)
 			if err != nil {
@@ -57,12 +69,14 @@ Environment: ACEMQ_STORE_URL (--store).`,
 			if err != nil {
 				return failed("purge the store %s: %v", redactStore(storeURL), err)
 			}
-			return nil
+			return blobErr
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&storeURL, "store", envOr("ACEMQ_STORE_URL", defaultStore), "store to purge: postgres://… or sqlite:PATH (env ACEMQ_STORE_URL)")
 	f.DurationVar(&published, "published-retention", stores.DefaultPublishedRetention, "keep outbox records this long after they were published, and schedule ticks and ended sagas as long")
+	f.StringVar(&blobsURL, "blobs", os.Getenv("ACEMQ_BLOBS_URL"), "also purge this claim-check blob store: file:DIR or postgres://… (env ACEMQ_BLOBS_URL)")
+	f.DurationVar(&blobRetention, "blob-retention", stores.DefaultBlobRetention, "keep a blob this long after its last put")
 	return cmd
 }
 
