@@ -595,44 +595,43 @@ func (c *compiler) saga(f *spec.Flow, s *spec.Saga) {
 	sp := Saga{Name: s.Name, Flow: f.Name, Input: s.Input, Timeout: Duration(s.Timeout), At: s.Pos, Spec: s, File: f}
 	c.exchange(Exchange{Name: SagaExchange(s.Name), Type: "direct", Mode: Declare, Purpose: "saga " + s.Name, At: s.Pos, Apply: f.Topology.Apply})
 	typ := f.Defaults.QueueType
-	add := func(id, queue, key, purpose, what string, kind ConsumerKind, step, output string, h spec.HandlerRef, compensate bool, r spec.Retry, at spec.Pos) bool {
+	// add declares cons's queue, bound with key, its ladder under r, and
+	// adds cons with the settings every saga consumer shares.
+	add := func(cons Consumer, key, purpose, what string, r spec.Retry) bool {
 		n := len(c.diags)
-		c.queue(Queue{Name: queue, Type: typ, Mode: Declare, Purpose: purpose, Owner: id, what: what, At: at,
-			Arguments: queueArguments(queue, typ, true, nil), Apply: f.Topology.Apply, Missing: f.Topology.MissingQueue})
-		if len(c.diags) > n || !c.id(id, at) {
+		c.queue(Queue{Name: cons.Queue, Type: typ, Mode: Declare, Purpose: purpose, Owner: cons.ID, what: what, At: cons.At,
+			Arguments: queueArguments(cons.Queue, typ, true, nil), Apply: f.Topology.Apply, Missing: f.Topology.MissingQueue})
+		if len(c.diags) > n || !c.id(cons.ID, cons.At) {
 			return false
 		}
-		c.bindings = append(c.bindings, Binding{Exchange: SagaExchange(s.Name), Queue: queue, RoutingKey: key, Owner: id, At: at})
-		rp := c.ladder(id, queue, typ, r, true, at, f.Topology.Apply)
-		input := s.Input
-		if kind == KindSagaTimeout {
-			input = "" // its message has no payload
-		}
-		c.plan.Consumers = append(c.plan.Consumers, Consumer{
-			ID: id, Kind: kind, Flow: f.Name, Queue: queue, Handler: h.String(), Plugin: h.Plugin, Input: input, Output: output,
-			Prefetch: f.Defaults.Prefetch, Concurrency: f.Defaults.Concurrency, Idempotent: true, AutoStartup: true, Retry: rp,
-			Saga: s.Name, Step: step, Compensate: compensate, Missing: f.Topology.MissingQueue, At: at, File: f,
-		})
+		c.bindings = append(c.bindings, Binding{Exchange: SagaExchange(s.Name), Queue: cons.Queue, RoutingKey: key, Owner: cons.ID, At: cons.At})
+		cons.Retry = c.ladder(cons.ID, cons.Queue, typ, r, true, cons.At, f.Topology.Apply)
+		cons.Flow, cons.Saga, cons.File, cons.Missing = f.Name, s.Name, f, f.Topology.MissingQueue
+		cons.Prefetch, cons.Concurrency, cons.Idempotent, cons.AutoStartup = f.Defaults.Prefetch, f.Defaults.Concurrency, true, true
+		c.plan.Consumers = append(c.plan.Consumers, cons)
 		return true
 	}
 	for _, st := range s.Steps {
 		q := SagaStepQueue(s.Name, st.Name)
 		step := SagaStep{Name: st.Name, Handler: st.Handler.String(), Compensate: st.Compensate.String(), When: st.When.Source, Queue: q}
-		add(SagaStepConsumerID(s.Name, st.Name), q, SagaStepKey(st.Name), "saga", fmt.Sprintf("step %q of saga %q", st.Name, s.Name),
-			KindSagaStep, st.Name, st.Output, st.Handler, false, st.Retry, st.Pos)
+		add(Consumer{ID: SagaStepConsumerID(s.Name, st.Name), Kind: KindSagaStep, Queue: q, Handler: st.Handler.String(), Plugin: st.Handler.Plugin,
+			Input: s.Input, Output: st.Output, Step: st.Name, At: st.Pos},
+			SagaStepKey(st.Name), "saga", fmt.Sprintf("step %q of saga %q", st.Name, s.Name), st.Retry)
 		if st.Compensate.Plugin != "" {
 			cq := CompensateQueue(s.Name, st.Name)
 			step.Compensation = cq
-			add(CompensateConsumerID(s.Name, st.Name), cq, CompensateKey(st.Name), "compensate",
-				fmt.Sprintf("the compensation of step %q of saga %q", st.Name, s.Name),
-				KindSagaStep, st.Name, "", st.Compensate, true, st.Retry, st.CompensatePos)
+			add(Consumer{ID: CompensateConsumerID(s.Name, st.Name), Kind: KindSagaStep, Queue: cq, Handler: st.Compensate.String(), Plugin: st.Compensate.Plugin,
+				Input: s.Input, Step: st.Name, Compensate: true, At: st.CompensatePos},
+				CompensateKey(st.Name), "compensate", fmt.Sprintf("the compensation of step %q of saga %q", st.Name, s.Name), st.Retry)
 		}
 		sp.Steps = append(sp.Steps, step)
 	}
 	if s.Timeout > 0 {
+		// Its message has no payload, and no handler is called: the
+		// runtime acts on it.
 		tq := TimeoutQueue(s.Name)
-		if add(TimeoutConsumerID(s.Name), tq, TimeoutKey, "timeout", fmt.Sprintf("the timeout of saga %q", s.Name),
-			KindSagaTimeout, "", "", spec.HandlerRef{}, false, f.Defaults.Retry, s.TimeoutPos) {
+		if add(Consumer{ID: TimeoutConsumerID(s.Name), Kind: KindSagaTimeout, Queue: tq, At: s.TimeoutPos},
+			TimeoutKey, "timeout", fmt.Sprintf("the timeout of saga %q", s.Name), f.Defaults.Retry) {
 			sp.TimeoutQueue = tq
 		}
 	}
