@@ -159,6 +159,10 @@ func SagaAccept(s *plan.Saga, c *plan.Consumer, inst *SagaInstance, in Inbound, 
 		t := sagaDeadLetter(c, in, fmt.Sprintf("saga %q: instance %q belongs to saga %q; nothing was run", s.Name, id, inst.Saga), now)
 		return &t
 	}
+	if why := sagaChanged(s, *inst); why != "" {
+		t := sagaDeadLetter(c, in, why+"; nothing was run", now)
+		return &t
+	}
 	i := stepIndex(s, c.Step)
 	if i < 0 || i >= len(inst.Steps) {
 		t := sagaDeadLetter(c, in, fmt.Sprintf("saga %q: instance %q has no step %q; nothing was run", s.Name, id, c.Step), now)
@@ -558,7 +562,35 @@ func SagaTimeoutArrived(s *plan.Saga, c *plan.Consumer, inst *SagaInstance, in I
 	if inst.Saga != s.Name {
 		return sagaDeadLetter(c, in, fmt.Sprintf("saga %q: timeout for instance %q, which belongs to saga %q; nothing was done", s.Name, id, inst.Saga), now)
 	}
+	if why := sagaChanged(s, *inst); why != "" {
+		return sagaDeadLetter(c, in, why+"; nothing was done", now)
+	}
 	return SagaTimedOut(s, *inst, time.Duration(s.Timeout), in.Env.MessageID, now)
+}
+
+// sagaChanged says how instance inst's steps differ from saga s's, or ""
+// when they are the same, name for name: an instance keeps its steps by
+// position, so one started before the saga's steps were added, removed or
+// reordered cannot be moved on by the saga as it is now. Its messages are
+// dead-lettered saying so, for a person to finish it (or to deploy the
+// flows it was started with again and replay them).
+func sagaChanged(s *plan.Saga, inst SagaInstance) string {
+	same := len(inst.Steps) == len(s.Steps)
+	for i := 0; same && i < len(s.Steps); i++ {
+		same = inst.Steps[i].Name == s.Steps[i].Name
+	}
+	if same {
+		return ""
+	}
+	var had, has []string
+	for _, st := range inst.Steps {
+		had = append(had, st.Name)
+	}
+	for _, st := range s.Steps {
+		has = append(has, st.Name)
+	}
+	return fmt.Sprintf("saga %q instance %q was started with the steps [%s], and the saga now has [%s]: the flows changed while it ran; finish it by hand, or run the flows it started with and replay this message",
+		s.Name, inst.ID, strings.Join(had, " "), strings.Join(has, " "))
 }
 
 // SagaCheckOutput checks what saga step consumer c's handler returned

@@ -481,3 +481,23 @@ func TestSagaTimeoutRedeliveredAfterItsWriteSendsAgain(t *testing.T) {
 		}
 	}
 }
+
+// TestSagaInstanceOfChangedStepsIsDeadLettered: an instance started before
+// the saga's steps changed (one added here) is not moved on by the saga as
+// it is now, which would read its steps by the wrong positions: its step's
+// message and its timeout are dead-lettered naming both lists of steps.
+func TestSagaInstanceOfChangedStepsIsDeadLettered(t *testing.T) {
+	p := sagaPlan(t)
+	s := sagaOf(t, p, "place-order")
+	start := InboundOf(Message{MessageID: "m-1", Body: []byte(`{"id":"o-1","items":[1]}`)})
+	inst := SagaStart(s, sagaConsumer(s.Name, "take-payment", false), start, now).Instance
+	inst.Steps = inst.Steps[:2] // started when the saga had two steps
+	msg := InboundOf(Message{MessageID: "d-1", Headers: Table{plan.HeaderSagaID: "m-1"}, Body: []byte(`{"id":"o-1","items":[1]}`)})
+	want := "was started with the steps [take-payment reserve-stock], and the saga now has [take-payment reserve-stock book-courier]"
+	if got := SagaAccept(s, sagaConsumer(s.Name, "take-payment", false), &inst, msg, now); got == nil || got.Outcome != OutcomeDeadLettered || !strings.Contains(got.Reason, want) {
+		t.Errorf("SagaAccept(an instance of changed steps) = %+v, want dead-lettered saying %q", got, want)
+	}
+	if got := SagaTimeoutArrived(s, sagaConsumer(s.Name, "take-payment", false), &inst, msg, now); got.Outcome != OutcomeDeadLettered || got.Write || !strings.Contains(got.Reason, want) {
+		t.Errorf("SagaTimeoutArrived(an instance of changed steps) = %+v, want dead-lettered, nothing written", got)
+	}
+}
