@@ -106,6 +106,12 @@ func (s *Store) PutBlob(ctx context.Context, content []byte) (string, error) {
 	path, _ := s.Path(key)
 	now := s.now()
 	if fi, err := os.Stat(path); err == nil && fi.Mode().IsRegular() && fi.Size() == int64(len(content)) {
+		// The time only moves forward, whatever the clocks of the
+		// processes sharing DIR: a blob already younger than now is
+		// young enough, and a purge that moved it aside puts it back.
+		if !now.After(fi.ModTime()) {
+			return key, nil
+		}
 		// A purge that renamed the file away since the Stat makes this
 		// fail with ENOENT, and the content is written anew below.
 		if err := os.Chtimes(path, now, now); err == nil {

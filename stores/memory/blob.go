@@ -44,7 +44,9 @@ func (s *Blobs) PutBlob(ctx context.Context, content []byte) (string, error) {
 	}
 	defer s.mu.Unlock()
 	if b, ok := s.blobs[key]; ok {
-		b.stored = s.now()
+		if now := s.now(); now.After(b.stored) {
+			b.stored = now
+		}
 		return key, nil
 	}
 	s.blobs[key] = &blob{content: append([]byte{}, content...), stored: s.now()}

@@ -42,6 +42,7 @@ func RunBlobs(t *testing.T, open BlobOpener, f Features) {
 	}{
 		{"a blob is stored under the SHA-256 of its content and reads back byte for byte", blobRoundTrip},
 		{"putting the same content twice gives the same key, one blob, and refreshes its time", blobPutTwice},
+		{"a repeated put on a replica whose clock is behind does not move the blob's time back", blobTimeOnlyForward},
 		{"a missing key is a MissingBlobError naming the key, for get and stat", blobMissing},
 		{"a key that is not sha256 and 64 hex digits is refused, and is not reported missing", blobBadKey},
 		{"a corrupted blob fails its SHA-256 check naming the key, and stat still sees it", blobCorrupt},
@@ -319,4 +320,13 @@ func blobPutRacesPurge(t *testing.T, open BlobOpener, _ Features) {
 		// The put returned: whichever came first, the blob is there.
 		wantBlob(t, b.Blobs, key, payload)
 	}
+}
+
+func blobTimeOnlyForward(t *testing.T, open BlobOpener, _ Features) {
+	b, clock := blobFixture(t, open)
+	key := putBlob(t, b.Blobs, []byte("put by a replica whose clock is ahead"))
+	put := clock.Now()
+	clock.Advance(-time.Hour)
+	putBlob(t, b.Blobs, []byte("put by a replica whose clock is ahead"))
+	wantStat(t, b.Blobs, key, int64(len("put by a replica whose clock is ahead")), put)
 }
