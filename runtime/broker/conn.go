@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -115,6 +116,8 @@ type Conn struct {
 	opts     ConnOptions
 	log      *slog.Logger
 	mgmt     *management // nil: ManagementOff
+	tls      *tls.Config // nil: amqp://; see TLSConfig
+	dialURL  string      // url, or for amqps its amqp:// twin: the handshake is dial's own (tls.go)
 
 	mu    sync.Mutex
 	cur   *amqp.Connection
@@ -171,9 +174,17 @@ func Open(ctx context.Context, rawURL string, opts ConnOptions) (*Conn, error) {
 	if _, err := amqp.ParseURI(rawURL); err != nil {
 		return nil, fmt.Errorf("connection %q: invalid AMQP URL %s: %w", opts.Name, redacted, c.scrub(err))
 	}
+	if c.tls, err = TLSConfig(rawURL); err != nil {
+		return nil, fmt.Errorf("connection %q to %s: %w", opts.Name, redacted, c.scrub(err))
+	}
+	c.dialURL = rawURL
+	if c.tls != nil {
+		c.dialURL = plainTwin(u)
+	}
 	if c.mgmt, err = newManagement(rawURL, opts.Management, opts.OpTimeout); err != nil {
 		return nil, fmt.Errorf("connection %q: %w", opts.Name, c.scrub(err))
 	}
+	c.mgmt.verifyAs(c.tls)
 
 	ac, err := c.dialRetry(ctx, 0)
 	if err != nil {
@@ -499,6 +510,8 @@ func (c *Conn) refusal(err error) error {
 		return fmt.Errorf("connection %q: the broker at %s refused the virtual host (%v); check that it exists and that the user may use it (rabbitmqctl list_permissions -p VHOST)", c.opts.Name, c.redacted, err)
 	case errors.Is(err, amqp.ErrCredentials), errors.Is(err, amqp.ErrSASL), code == amqp.AccessRefused:
 		return fmt.Errorf("connection %q: the broker at %s refused the user name and password (%v); correct them in the URL", c.opts.Name, c.redacted, err)
+	case tlsRefusal(err) != "":
+		return fmt.Errorf("connection %q to %s: %s", c.opts.Name, c.redacted, tlsRefusal(err))
 	}
 	return nil
 }
@@ -510,7 +523,10 @@ func (c *Conn) dial(ctx context.Context) (*amqp.Connection, error) {
 	props := amqp.NewConnectionProperties()
 	props["product"] = "acemq-flow"
 	props.SetClientConnectionName(c.opts.Name)
-	var sock net.Conn
+	var (
+		sock net.Conn
+		tc   *tlsConn
+	)
 	cfg := amqp.Config{
 		Heartbeat:  c.opts.Heartbeat,
 		Properties: props,
@@ -525,13 +541,20 @@ func (c *Conn) dial(ctx context.Context) (*amqp.Connection, error) {
 				nc.Close()
 				return nil, err
 			}
+			if c.tls != nil {
+				if tc, err = handshake(ctx, nc, c.tls); err != nil {
+					return nil, err
+				}
+				nc = tc
+			}
 			// Writes from the connection's channels share system calls.
 			sock = newBatchConn(nc)
 			return sock, nil
 		},
 	}
-	ac, err := amqp.DialConfig(c.url, cfg)
+	ac, err := amqp.DialConfig(c.dialURL, cfg)
 	if err != nil {
+		err = tc.explain(err)
 		return nil, fmt.Errorf("connect %q to %s: %w", c.opts.Name, c.redacted, c.scrub(err))
 	}
 	c.mu.Lock()
