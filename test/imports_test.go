@@ -62,6 +62,8 @@ var rules = []rule{
 		why: "the operator tools talk to the broker; they run without the engine"},
 	{pkg: "runtime/admin", forbidden: []string{mod + "runtime/ops", mod + "runtime/relay", mod + "cmd"},
 		why: "the admin API serves the engine and the plan"},
+	{pkg: "runtime/flowtest", forbidden: []string{mod + "runtime$", mod + "runtime/admin", mod + "runtime/ops", mod + "runtime/relay", mod + "stores/postgres", mod + "stores/sqlite", mod + "stores/memory", mod + "stores/fileblobs", mod + "cmd"},
+		why: "the flow-test harness runs decide's decisions on a simulated broker and clock: plan, decide, spec and plugins/host, and the scheduler's pure Ticker and TickMessage, never the engine or a store backend"},
 	{pkg: "runtime/wire", forbidden: []string{mod + "runtime$", mod + "plugins", mod + "stores"},
 		why: "wire maps decide's messages to the broker's and back, nothing more"},
 }

@@ -1,0 +1,117 @@
+package flowtest
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/acemq/acemq-flow/spec"
+)
+
+// Expect is what a case expects. A field left out is not checked, but for
+// DeadLetters: a case that names none expects none (exact: none means
+// none). Every list is exact: the same items, in the same order.
+type Expect struct {
+	Pos         spec.Pos
+	Route       *node            // [step, ...]: the steps whose handler returned, in order
+	Outputs     map[string]*node // queue or exchange → [payload, ...]
+	outputKeys  []string
+	Replies     *node // [{outcome, payload, stopped_at, error_kind}]
+	Retries     *node // [{queue, attempt, delay}]
+	DeadLetters *node // [{queue, kind, error, payload}]
+	Sagas       *node // [{saga, state, steps: {name: state}, compensations: [...]}]
+	Firings     *node // [{schedule, tick}]
+	Delays      *node // [{to, due}]
+}
+
+func (r *reader) expect(n *node) *Expect {
+	e := &Expect{Pos: n.pos, Outputs: map[string]*node{}}
+	if n.kind != kMap {
+		r.errorf(n.pos, "write expect as a mapping: route, outputs, replies, retries, dead_letters, sagas, firings, delays", "expect is a mapping")
+		return e
+	}
+	r.keys(n, "expect", "route", "outputs", "replies", "retries", "dead_letters", "sagas", "firings", "delays")
+	seq := func(k string) *node {
+		v := n.get(k)
+		if v == nil {
+			return nil
+		}
+		if v.kind == kScalar && v.value == nil {
+			return &node{kind: kSeq, pos: v.pos, ast: v.ast}
+		}
+		if v.kind != kSeq {
+			r.errorf(v.pos, "write a list; [] expects none", "%s is a list", k)
+			return nil
+		}
+		return v
+	}
+	e.Route, e.Replies, e.Retries = seq("route"), seq("replies"), seq("retries")
+	e.DeadLetters, e.Sagas, e.Firings, e.Delays = seq("dead_letters"), seq("sagas"), seq("firings"), seq("delays")
+	if o := n.get("outputs"); o != nil {
+		if o.kind != kMap {
+			r.errorf(o.pos, "map a queue or exchange to the payloads it got, [] for none", "outputs is a mapping")
+		}
+		for i, k := range o.keys {
+			v := o.vals[i]
+			if v.kind != kSeq {
+				if v.kind == kScalar && v.value == nil {
+					v = &node{kind: kSeq, pos: v.pos, ast: v.ast}
+				} else {
+					r.errorf(v.pos, "write a list of payloads; [] expects none", "outputs of %v is a list", k.value)
+					continue
+				}
+			}
+			name := fmt.Sprint(k.value)
+			e.Outputs[name] = v
+			e.outputKeys = append(e.outputKeys, name)
+		}
+	}
+	for _, l := range []*node{e.Replies, e.Retries, e.DeadLetters, e.Sagas, e.Firings, e.Delays} {
+		if l == nil {
+			continue
+		}
+		for _, it := range l.items {
+			if it.kind != kMap {
+				r.errorf(it.pos, "write each item as a mapping", "a list item here is a mapping")
+			}
+		}
+	}
+	if e.Retries != nil {
+		for _, it := range e.Retries.items {
+			if d := it.get("delay"); d != nil {
+				r.duration(d, "delay")
+			}
+		}
+	}
+	return e
+}
+
+// A Failure is an expectation that did not hold: where it is written, what
+// was expected and what happened.
+type Failure struct {
+	Pos      spec.Pos
+	What     string
+	Expected string
+	Actual   string
+	// update, when set, is the text that makes the expectation hold
+	// (--update), replacing the node at.
+	update any
+	at     *node
+}
+
+func (f Failure) Message() string {
+	if f.Expected == "" && f.Actual == "" {
+		return f.What
+	}
+	return fmt.Sprintf("%s: expected %s, got %s", f.What, f.Expected, f.Actual)
+}
+
+// durationText is d as tests write it: 1s, 1m30s, 2h.
+func durationText(d time.Duration) string {
+	s := d.String()
+	for _, suf := range []string{"m0s", "h0m"} {
+		if len(s) > len(suf) && s[len(s)-len(suf):] == suf {
+			s = s[:len(s)-len(suf)+1]
+		}
+	}
+	return s
+}
