@@ -10,6 +10,10 @@ FLOWS     ?= examples/flows
 export ACEMQ_TEST_AMQP_URL     ?= amqp://guest:guest@127.0.0.1:5672/
 export ACEMQ_TEST_POSTGRES_URL ?= postgres://acemq:acemq@127.0.0.1:5432/test?sslmode=disable
 export ACEMQ_TEST_PYTHON       ?= /usr/bin/python3
+# The services' TLS listeners and the test CA's files (scripts/services-tls.sh).
+export ACEMQ_TEST_TLS_DIR          ?= /var/lib/acemq-flow/tls
+export ACEMQ_TEST_AMQPS_URL        ?= amqps://guest:guest@localhost:5671/
+export ACEMQ_TEST_POSTGRES_TLS_URL ?= postgres://acemq:acemq@localhost:5432/test
 export CGO_ENABLED             ?= 0
 
 .PHONY: all build test run bench chaos chaos-short generate lint services fuzz clean image image-test

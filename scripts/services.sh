@@ -127,4 +127,8 @@ if port_open 5432 && have psql; then
       { say "PostgreSQL answers but the tests' database is not reachable; run make services as root, or point ACEMQ_TEST_POSTGRES_URL at a database where you may create schemas"; status=1; }
   fi
 fi
+
+# The services' own TLS listeners, with a test CA (test/tls): RabbitMQ on
+# 127.0.0.1:5671, PostgreSQL's certificate; neither restarts.
+"$(dirname "$0")/services-tls.sh" || status=1
 exit $status

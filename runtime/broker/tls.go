@@ -82,18 +82,18 @@ func tlsRefusal(err error) string {
 	)
 	switch {
 	case errors.As(err, &unknownCA):
-		return fmt.Sprintf("the broker's certificate is not signed by a CA this connection trusts (%v); give the CA's certificate as cacertfile=PATH in the amqps URL", err)
+		return fmt.Sprintf("the broker's certificate is not signed by a CA this connection trusts (%v); give the CA's certificate as cacertfile=PATH in the amqps URL", unknownCA)
 	case errors.As(err, &hostname):
-		return fmt.Sprintf("the broker's certificate is not for the name connected to (%v); connect by a name the certificate holds, or name it as server_name_indication=NAME in the amqps URL", err)
+		return fmt.Sprintf("the broker's certificate is not for the name connected to (%v); connect by a name the certificate holds, or name it as server_name_indication=NAME in the amqps URL", hostname)
 	case errors.As(err, &invalid):
-		return fmt.Sprintf("the broker's certificate is not valid (%v); renew it, or check the machine's clock", err)
+		return fmt.Sprintf("the broker's certificate is not valid (%v); renew it, or check the machine's clock", invalid)
 	case errors.As(err, &remote) && remote.Op == "remote error":
 		// crypto/tls reports the broker's alert this way, its code
 		// unexported: certificate_required and bad_certificate are the
 		// usual ones, a client certificate missing or not trusted.
-		return fmt.Sprintf("the broker ended the TLS handshake (%v); if it asks for a client certificate, give one signed by a CA it trusts as certfile=PATH&keyfile=PATH in the amqps URL, or else check the TLS versions its ssl_options allow", err)
+		return fmt.Sprintf("the broker ended the TLS handshake (%v); if it asks for a client certificate, give one signed by a CA it trusts as certfile=PATH&keyfile=PATH in the amqps URL, or else check the TLS versions its ssl_options allow", remote)
 	case errors.As(err, &record):
-		return fmt.Sprintf("the broker does not speak TLS on that port (%v); use amqp:// there, or the broker's TLS port (5671 by default)", err)
+		return fmt.Sprintf("the broker does not speak TLS on that port (%v); use amqp:// there, or the broker's TLS port (5671 by default)", record)
 	}
 	return ""
 }

@@ -240,6 +240,18 @@ func TestServicesOwnTLSListeners(t *testing.T) {
 	if out, err := exec.Command(bin, "delays", "--amqp", amqpsURL).CombinedOutput(); err != nil && !strings.Contains(string(out), "the delay ladder is not declared") {
 		t.Errorf("acemq-flow delays over RabbitMQ's TLS listener: %v\n%s", err, out)
 	}
+	// The listener asks for a client certificate (fail_if_no_peer_cert).
+	noCert := amqps + "?" + url.Values{"cacertfile": {filepath.Join(dir, "ca.pem")}}.Encode()
+	if out, err := exec.Command(bin, "delays", "--amqp", noCert).CombinedOutput(); err == nil || !strings.Contains(string(out), "certfile=PATH&keyfile=PATH") {
+		t.Errorf("delays without a client certificate: %v; want a refusal naming certfile and keyfile\n%s", err, out)
+	}
+	// The broker's certificate is checked: another CA refuses it.
+	other := testenv.NewPKI(t)
+	otherCA := amqps + "?" + url.Values{"cacertfile": {other.CAFile}, "certfile": {filepath.Join(dir, "client.pem")}, "keyfile": {filepath.Join(dir, "client-key.pem")}}.Encode()
+	if out, err := exec.Command(bin, "delays", "--amqp", otherCA).CombinedOutput(); err == nil || !strings.Contains(string(out), "not signed by a CA this connection trusts") {
+		t.Errorf("delays trusting another CA: %v; want a refusal of the broker's certificate\n%s", err, out)
+	}
+
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	s, err := postgres.Open(ctx, pgURL, stores.Options{})
@@ -247,8 +259,8 @@ func TestServicesOwnTLSListeners(t *testing.T) {
 		t.Fatalf("open the store over PostgreSQL's TLS: %v", err)
 	}
 	defer s.Close()
-	var on string
-	if err := s.Pool().QueryRow(ctx, "SELECT ssl::text FROM pg_stat_ssl WHERE pid = pg_backend_pid()").Scan(&on); err != nil || on != "true" {
-		t.Errorf("pg_stat_ssl for this connection: %q, %v; want TLS", on, err)
+	var on, dn string
+	if err := s.Pool().QueryRow(ctx, "SELECT ssl::text, coalesce(client_dn, '') FROM pg_stat_ssl WHERE pid = pg_backend_pid()").Scan(&on, &dn); err != nil || on != "true" || !strings.Contains(dn, "acemq-flow-client") {
+		t.Errorf("pg_stat_ssl for this connection: ssl %q, client %q, %v; want TLS with the client certificate", on, dn, err)
 	}
 }
