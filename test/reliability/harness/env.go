@@ -181,3 +181,8 @@ func FreeAddr(t testing.TB) string {
 	defer ln.Close()
 	return ln.Addr().String()
 }
+
+// RabbitmqctlErr runs rabbitmqctl with args and returns its output or
+// error, for commands that may fail for a reason the test expects (a
+// connection that closed by itself meanwhile).
+func RabbitmqctlErr(args ...string) (string, error) { return rabbitmqctl(args...) }
