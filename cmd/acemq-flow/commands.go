@@ -10,5 +10,6 @@ func addMoreCommands(root *cobra.Command, io streams) {
 	root.AddCommand(newSagasCmd(io))
 	root.AddCommand(newSchemasCmd(io))
 	root.AddCommand(newDiffCmd(io))
+	root.AddCommand(newTestCmd(io))
 	root.AddCommand(newVersionCmd(io))
 }

@@ -115,3 +115,7 @@ func durationText(d time.Duration) string {
 	}
 	return s
 }
+
+// Updatable reports whether --update can rewrite the expectation with
+// what happened.
+func (f Failure) Updatable() bool { return f.at != nil }
