@@ -116,8 +116,18 @@ type Consumer struct {
 	Delay       Duration     `json:"delay,omitempty"`
 	Description string       `json:"description,omitempty"`
 	Missing     string       `json:"missing_queue"` // fail | warn
+	ClaimCheck  ClaimCheck   `json:"claim_check"`
 	At          spec.Pos     `json:"-"`
 	File        *spec.Flow   `json:"-"`
+}
+
+// ClaimCheck is a consumer's claim-check thresholds (FLOW-FORMAT §6), in
+// bytes: a body larger than Input arrives by claim check when the sender
+// applies its input type's threshold, and a result larger than Output is
+// put in the blob store and published as a reference.
+type ClaimCheck struct {
+	Input  int64 `json:"input_above"`
+	Output int64 `json:"output_above"`
 }
 
 // Retry is a consumer's retry ladder, worked out.
@@ -302,6 +312,7 @@ func Compile(flows []*spec.Flow) (*Plan, error) {
 		}
 	}
 	c.scheduleRoutes()
+	c.claimChecks()
 	c.deadLetterQueues()
 	c.brokerNames()
 	if len(c.diags) > 0 {
@@ -505,6 +516,23 @@ func rungArguments(queue, typ string, d time.Duration) map[string]any {
 		args["x-overflow"] = "reject-publish"
 	}
 	return args
+}
+
+// claimChecks fills in each consumer's claim-check thresholds from the
+// types of its file: its input's, and its output's (a type's own
+// claim_check, else the file's defaults).
+func (c *compiler) claimChecks() {
+	for i := range c.plan.Consumers {
+		cs := &c.plan.Consumers[i]
+		if cs.File == nil {
+			continue
+		}
+		out := cs.Output
+		if out == spec.OutputNone {
+			out = ""
+		}
+		cs.ClaimCheck = ClaimCheck{Input: cs.File.ClaimCheckAbove(cs.Input), Output: cs.File.ClaimCheckAbove(out)}
+	}
 }
 
 func (c *compiler) pipeline(f *spec.Flow, p *spec.Pipeline) {
