@@ -80,6 +80,8 @@ type Message struct {
 	Key      string
 	Body     string
 	Headers  amqp.Table
+	// ContentType is application/json when empty.
+	ContentType string
 }
 
 // Generator publishes with confirms and mandatory over a connection of its
@@ -159,8 +161,12 @@ func (g *Generator) Publish(rate int, msgs ...Message) error {
 		}
 		now := time.Now()
 		g.Sent.set(m.ID, OK, now)
+		ct := m.ContentType
+		if ct == "" {
+			ct = "application/json"
+		}
 		dc, err := g.ch.PublishWithDeferredConfirmWithContext(context.Background(), m.Exchange, m.Key, true, false, amqp.Publishing{
-			MessageId: m.ID, ReplyTo: g.ReplyTo, ContentType: "application/json", Body: []byte(m.Body),
+			MessageId: m.ID, ReplyTo: g.ReplyTo, ContentType: ct, Body: []byte(m.Body),
 			DeliveryMode: amqp.Persistent, Headers: m.Headers, Timestamp: now,
 		})
 		if err != nil {
