@@ -16,7 +16,7 @@ import (
 )
 
 // TLSConfig returns the TLS configuration an amqps:// URL asks for, or nil
-// for amqp://. It reads the query parameters of RabbitMQ's URI spec, as
+// for amqp:// (an amqp:// URL with TLS settings is an error). It reads the query parameters of RabbitMQ's URI spec, as
 // amqp091-go does, but refuses what amqp091-go would let pass silently:
 //
 //   - cacertfile: the PEM file of the CAs the broker's certificate must be
@@ -39,6 +39,11 @@ func TLSConfig(rawURL string) (*tls.Config, error) {
 		return nil, err
 	}
 	if uri.Scheme != "amqps" {
+		// A URL written amqp:// with the TLS files would connect without
+		// TLS, the files unread.
+		if uri.CACertFile != "" || uri.CertFile != "" || uri.KeyFile != "" || uri.ServerName != "" {
+			return nil, errors.New("the URL names TLS settings (cacertfile, certfile, keyfile or server_name_indication) but is amqp://, which does not use TLS; write amqps:// (the broker's TLS port, 5671 by default)")
+		}
 		return nil, nil
 	}
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: uri.Host}

@@ -37,6 +37,7 @@ func TestTLSConfigFromTheURL(t *testing.T) {
 		wantErr    string
 	}{
 		{name: "amqp:// has none", url: "amqp://guest:guest@localhost:5672/", wantNil: true},
+		{name: "amqp:// with TLS files would not use them", url: "amqp://u:p@broker:5672/" + q("cacertfile", p.CAFile), wantErr: "is amqp://, which does not use TLS; write amqps://"},
 		{name: "amqps:// verifies the host by default", url: "amqps://guest:guest@broker.internal:5671/", serverName: "broker.internal"},
 		{name: "a CA file", url: "amqps://u:p@broker:5671/" + q("cacertfile", p.CAFile), serverName: "broker", roots: true},
 		{name: "server_name_indication names the certificate's name", url: "amqps://u:p@10.0.0.5:5671/" + q("cacertfile", p.CAFile, "server_name_indication", "broker.internal"), serverName: "broker.internal", roots: true},
