@@ -37,8 +37,15 @@ func (b *builder) flow(n *node) *Flow {
 		for i, k := range ts.keys {
 			v := ts.vals[i]
 			t := &Type{Pos: k.pos, Name: k.value.(string)}
+			if v.get("avro") != nil {
+				b.avroType(f.Name, t, v)
+				f.Types = append(f.Types, t)
+				f.types[t.Name] = t
+				continue
+			}
 			t.Ref, _ = b.str(v, "$ref")
 			doc := v.toJSON()
+			doc = b.subjectWithoutAvro(t.Name, v, doc)
 			t.ClaimCheck, doc = b.typeClaimCheck(t.Name, v, doc)
 			raw, err := json.Marshal(doc)
 			t.Schema = raw

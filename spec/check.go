@@ -155,6 +155,10 @@ func (c *fileChecker) compileTypes(tc *typeCompiler) {
 		if t.Name == OutputNone {
 			c.d.errorf(t.Pos, "invalid-name", "rename the type", "a type cannot be named %q: `output: none` means a handler that returns nothing", OutputNone)
 		}
+		if t.Avro != nil {
+			c.compileAvro(tc, t)
+			continue
+		}
 		s, err := tc.compile(t.Name, t.Schema, t.doc)
 		t.doc = nil
 		if err != nil {
@@ -326,7 +330,7 @@ func (c *fileChecker) condition(cond *Condition, input string) {
 	var t *Type
 	if input != "" {
 		t = c.f.types[input]
-		if t != nil && t.schema == nil {
+		if !t.compiled() {
 			t = nil // the type itself failed; reported there
 		}
 	}
@@ -361,6 +365,9 @@ func shorten(s string) string {
 }
 
 func fieldList(t *Type) string {
+	if t.IsAvro() {
+		return avroFieldList(t.Avro.Schema)
+	}
 	s := t.schema
 	for s != nil && s.Ref != nil && len(s.Properties) == 0 {
 		s = s.Ref

@@ -71,12 +71,12 @@ func compileCondition(src string, payloadType *Type) (Condition, error) {
 		return c, fmt.Errorf("the expression is %d characters long, over the limit of %d", len(src), maxExprLength)
 	}
 	opts := []expr.Option{expr.AsBool(), expr.MaxNodes(maxExprNodes)}
-	if payloadType != nil && payloadType.schema != nil {
+	if payloadType.compiled() {
 		// Checked against a struct typed from the schema, so that a
 		// misspelt field or a string compared with a number fails here,
 		// in CI, not at 3 a.m.
 		env := reflect.New(reflect.StructOf([]reflect.StructField{{
-			Name: "Payload", Type: envType(payloadType.schema, 0), Tag: `expr:"payload"`,
+			Name: "Payload", Type: payloadType.envType(), Tag: `expr:"payload"`,
 		}})).Elem().Interface()
 		if _, err := expr.Compile(src, append(opts, expr.Env(env))...); err != nil && !unmodelled(err) {
 			return c, err

@@ -125,6 +125,15 @@ type Type struct {
 	// ClaimCheck is the type's own claim-check threshold, nil when it
 	// takes the file's (Flow.ClaimCheckAbove); not part of Schema.
 	ClaimCheck *ClaimCheck `yaml:"claim_check"`
+
+	// Avro is the type's Avro schema when it is written `avro: …`
+	// (FLOW-FORMAT §6), nil for a JSON Schema type; Schema then holds the
+	// Avro schema as JSON.
+	Avro *AvroSchema `yaml:"avro"`
+	// Subject is an Avro type's registry subject: as written, or
+	// `<flow>.<type>`; "" for a JSON Schema type.
+	Subject    string `yaml:"subject"`
+	SubjectPos Pos    `yaml:"-"`
 }
 
 // HandlerRef names a handler as `<plugin>.<handler>`.

@@ -64,6 +64,7 @@ func TestSchemaAndModelDescribeTheSameFormat(t *testing.T) {
 		{"retry", item(item(doc, "defaults"), "retry"), reflect.TypeFor[Retry](), nil},
 		{"claim check", item(item(doc, "defaults"), "claim_check"), reflect.TypeFor[ClaimCheck](), nil},
 		{"plugin", elem(item(doc, "plugins")), reflect.TypeFor[Plugin](), nil},
+		{"type", elem(item(doc, "types")), reflect.TypeFor[Type](), nil},
 		{"pipeline", elem(item(doc, "pipelines")), reflect.TypeFor[Pipeline](), nil},
 		{"step", elem(item(elem(item(doc, "pipelines")), "steps")), reflect.TypeFor[Step](), nil},
 		{"itinerary", elem(item(doc, "itineraries")), reflect.TypeFor[Itinerary](), nil},

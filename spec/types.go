@@ -24,6 +24,9 @@ type validator = *jsonschema.Schema
 // into an `any`) against the type's schema. A nil Type accepts anything.
 // The error names the first failing location and keyword in words.
 func (t *Type) Validate(payload any) error {
+	if t.IsAvro() {
+		return t.validateAvro(payload)
+	}
 	if t == nil || t.schema == nil {
 		return nil
 	}
@@ -45,7 +48,7 @@ func (t *Type) Validate(payload any) error {
 // ValidateJSON decodes body as JSON and validates it. Invalid JSON is an
 // error too.
 func (t *Type) ValidateJSON(body []byte) error {
-	if t == nil || t.schema == nil {
+	if !t.compiled() {
 		return nil
 	}
 	v, err := DecodeJSON(body)
