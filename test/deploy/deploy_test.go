@@ -643,9 +643,9 @@ func TestKustomizationAndServiceMonitor(t *testing.T) {
 	if k.Kind != "Kustomization" {
 		t.Errorf("%s: kind %q", kustomizationFile, k.Kind)
 	}
-	// Applied apart: the Job before a rollout, the ServiceMonitor where the
-	// Prometheus Operator runs.
-	apart := []string{kustomizationFile, "job-migrate.yaml", serviceMonitorFile}
+	// Applied apart: the Secret from real credentials, the Job before a
+	// rollout, the ServiceMonitor where the Prometheus Operator runs.
+	apart := []string{kustomizationFile, "secret.example.yaml", "job-migrate.yaml", serviceMonitorFile}
 	for _, f := range m.files {
 		if !slices.Contains(k.Resources, f) && !slices.Contains(apart, f) {
 			t.Errorf("%s is not among the kustomization's resources", f)
