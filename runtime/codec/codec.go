@@ -1,0 +1,368 @@
+package codec
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/hamba/avro/v2"
+
+	"github.com/acemq/acemq-flow/spec"
+	"github.com/acemq/acemq-flow/stores"
+)
+
+// Registry is the part of the schema registry the codec needs;
+// stores.Schemas satisfies it. RegisterSchema is called only without
+// Options.ReadOnly. Its errors other than *stores.InvalidSchemaError and
+// *stores.IncompatibleSchemaError are failures of the store, which the
+// codec passes on wrapped (a retry may succeed).
+type Registry interface {
+	RegisterSchema(ctx context.Context, subject string, typ stores.SchemaType, text string) (stores.SchemaVersion, bool, error)
+	LookupSchema(ctx context.Context, subject string, typ stores.SchemaType, text string) (stores.SchemaVersion, bool, error)
+	SchemaByID(ctx context.Context, id int) (stores.Schema, bool, error)
+}
+
+// Options configure a Codec.
+type Options struct {
+	// ReadOnly only looks the flows' schemas up, never registers them
+	// (`run --registry-readonly`): a subject without the type's schema is
+	// an error at Register.
+	ReadOnly bool
+	// MaxBytes bounds one string or bytes value, and what one array or map
+	// may allocate, when decoding; 0 is DefaultMaxBytes.
+	MaxBytes int
+}
+
+// DefaultMaxBytes is the largest string or bytes value a message may hold:
+// RabbitMQ 3.10's default max_message_size (128 MiB), as a body cannot be
+// larger.
+const DefaultMaxBytes = 128 << 20
+
+// Codec decodes and encodes Avro payloads, caching what it learns from
+// the registry: an id's schema (ids never change, so for ever), a type's
+// id, and the resolution of a writer's schema to a reader's. It is safe
+// for concurrent use.
+type Codec struct {
+	reg  Registry
+	opts Options
+	api  avro.API
+
+	mu       sync.RWMutex
+	writers  map[int]avro.Schema        // id → the writer's schema
+	ids      map[typeKey]int            // a type's subject and schema → its id
+	resolved map[resolveKey]avro.Schema // writer id and reader schema → resolved
+}
+
+type typeKey struct{ subject, canonical string }
+
+type resolveKey struct {
+	id     int
+	reader string // the reader's canonical form
+}
+
+// New returns a codec over reg. It does no I/O.
+func New(reg Registry, opts Options) *Codec {
+	if opts.MaxBytes <= 0 {
+		opts.MaxBytes = DefaultMaxBytes
+	}
+	return &Codec{
+		reg:      reg,
+		opts:     opts,
+		api:      avro.Config{MaxByteSliceSize: opts.MaxBytes, MaxSliceAllocSize: opts.MaxBytes}.Freeze(),
+		writers:  map[int]avro.Schema{},
+		ids:      map[typeKey]int{},
+		resolved: map[resolveKey]avro.Schema{},
+	}
+}
+
+// Missing is an Avro type whose schema a read-only registry does not have
+// under its subject.
+type Missing struct {
+	Flow, Type, Subject string
+	Pos                 spec.Pos
+}
+
+// MissingSchemasError is Register's answer, read-only, when a registry
+// lacks types' schemas: every one of them.
+type MissingSchemasError struct{ Missing []Missing }
+
+// Error names each missing subject and type, and how to fix it.
+func (e *MissingSchemasError) Error() string {
+	parts := make([]string, len(e.Missing))
+	for i, m := range e.Missing {
+		parts[i] = fmt.Sprintf("subject %q has no version with the schema of type %s of flow %s (%s)", m.Subject, m.Type, m.Flow, m.Pos)
+	}
+	return fmt.Sprintf("the schema registry is read-only and lacks %d schema(s): %s; register them (acemq-flow schemas register SUBJECT FILE) or run without --registry-readonly",
+		len(e.Missing), strings.Join(parts, "; "))
+}
+
+// Register makes the codec ready for the flows' Avro types: each type's
+// schema is registered under its subject (or, ReadOnly, looked up), and
+// its id cached. A JSON Schema type is skipped. It returns every failure
+// at once: a *MissingSchemasError (read-only), or the registry's refusal
+// of a schema (an incompatible change, *stores.IncompatibleSchemaError)
+// naming the type.
+func (c *Codec) Register(ctx context.Context, flows []*spec.Flow) error {
+	var missing []Missing
+	var errs []error
+	for _, f := range flows {
+		for _, t := range f.Types {
+			if !t.IsAvro() {
+				continue
+			}
+			_, err := c.typeID(ctx, t)
+			var nf *notFound
+			switch {
+			case errors.As(err, &nf):
+				missing = append(missing, Missing{Flow: f.Name, Type: t.Name, Subject: t.Subject, Pos: t.Pos})
+			case err != nil:
+				errs = append(errs, fmt.Errorf("type %s of flow %s (%s): %w", t.Name, f.Name, t.Pos, err))
+			}
+		}
+	}
+	if len(missing) > 0 {
+		errs = append(errs, &MissingSchemasError{Missing: missing})
+	}
+	return errors.Join(errs...)
+}
+
+type notFound struct{ subject string }
+
+func (e *notFound) Error() string {
+	return fmt.Sprintf("subject %q has no version with this schema", e.subject)
+}
+
+// typeID returns the registry id of t's schema under its subject,
+// registering it first unless ReadOnly.
+func (c *Codec) typeID(ctx context.Context, t *spec.Type) (int, error) {
+	k := typeKey{t.Subject, t.Avro.Canonical}
+	c.mu.RLock()
+	id, ok := c.ids[k]
+	c.mu.RUnlock()
+	if ok {
+		return id, nil
+	}
+	var v stores.SchemaVersion
+	if c.opts.ReadOnly {
+		var found bool
+		var err error
+		v, found, err = c.reg.LookupSchema(ctx, t.Subject, stores.SchemaAvro, t.Avro.Text)
+		if err != nil {
+			return 0, fmt.Errorf("look up subject %q: %w", t.Subject, err)
+		}
+		if !found {
+			return 0, &notFound{subject: t.Subject}
+		}
+	} else {
+		var err error
+		v, _, err = c.reg.RegisterSchema(ctx, t.Subject, stores.SchemaAvro, t.Avro.Text)
+		if err != nil {
+			return 0, fmt.Errorf("register under subject %q: %w", t.Subject, err)
+		}
+	}
+	c.mu.Lock()
+	c.ids[k] = v.ID
+	// The id names this very schema for ever: a message the runtime wrote
+	// decodes without asking the registry.
+	if _, ok := c.writers[v.ID]; !ok {
+		c.writers[v.ID] = t.Avro.Schema
+	}
+	c.mu.Unlock()
+	return v.ID, nil
+}
+
+// ErrUnknownSchema is matched (errors.Is) by every *UnknownSchemaError.
+var ErrUnknownSchema = errors.New("unknown schema id")
+
+// UnknownSchemaError is a message whose schema id the registry does not
+// know. It is fatal for that message: the engine dead-letters it with the
+// id.
+type UnknownSchemaError struct{ ID int }
+
+// Error names the id.
+func (e *UnknownSchemaError) Error() string {
+	return fmt.Sprintf("schema id %d is not in the schema registry: the message was written with a schema registered elsewhere, or its prefix is damaged", e.ID)
+}
+
+// Is reports whether target is ErrUnknownSchema.
+func (e *UnknownSchemaError) Is(target error) bool { return target == ErrUnknownSchema }
+
+// DecodeError is a message that does not decode: its Avro binary does not
+// read by the writer's schema, the writer's schema does not resolve to the
+// reader's type, or the id names a schema that is not Avro. It is fatal
+// for that message.
+type DecodeError struct {
+	ID   int    // the writer's schema id
+	Type string // the reader's type, "" for any
+	Err  error
+}
+
+// Error names the id, the type and why.
+func (e *DecodeError) Error() string {
+	as := ""
+	if e.Type != "" {
+		as = " as type " + e.Type
+	}
+	return fmt.Sprintf("decode the Avro message of schema id %d%s: %v", e.ID, as, e.Err)
+}
+
+// Unwrap returns the cause.
+func (e *DecodeError) Unwrap() error { return e.Err }
+
+// EncodeError is JSON that does not encode by its output type's schema: a
+// handler's output that does not fit it. It is fatal for that message.
+type EncodeError struct {
+	Type, Subject string
+	Err           error
+}
+
+// Error names the type, the subject and where the JSON does not fit.
+func (e *EncodeError) Error() string {
+	return fmt.Sprintf("encode the output as Avro type %s (subject %q): %v", e.Type, e.Subject, e.Err)
+}
+
+// Unwrap returns the cause.
+func (e *EncodeError) Unwrap() error { return e.Err }
+
+// Fatal reports whether err is about the message itself (not framed, an
+// unknown id, not decodable, an output that does not fit), so that no
+// retry can succeed: the engine dead-letters it with the reason. Any other
+// error from the codec is the registry failing, worth a retry.
+func Fatal(err error) bool {
+	var fe *FrameError
+	var ue *UnknownSchemaError
+	var de *DecodeError
+	var ee *EncodeError
+	return errors.As(err, &fe) || errors.As(err, &ue) || errors.As(err, &de) || errors.As(err, &ee)
+}
+
+// writer returns the schema id names, from the cache or the registry.
+func (c *Codec) writer(ctx context.Context, id int) (avro.Schema, error) {
+	c.mu.RLock()
+	s, ok := c.writers[id]
+	c.mu.RUnlock()
+	if ok {
+		return s, nil
+	}
+	rs, found, err := c.reg.SchemaByID(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("read schema id %d from the registry: %w", id, err)
+	}
+	if !found {
+		return nil, &UnknownSchemaError{ID: id}
+	}
+	if rs.Type.OrAvro() != stores.SchemaAvro {
+		return nil, &DecodeError{ID: id, Err: fmt.Errorf("schema id %d is a %s schema, not Avro", id, rs.Type)}
+	}
+	s, err = avro.ParseWithCache(rs.Text, "", &avro.SchemaCache{})
+	if err != nil {
+		return nil, &DecodeError{ID: id, Err: fmt.Errorf("the registry's schema does not parse: %w", err)}
+	}
+	c.mu.Lock()
+	c.writers[id] = s
+	c.mu.Unlock()
+	return s, nil
+}
+
+// readSchema is the schema the writer's data is read with: the writer's
+// own when the reader is the same schema or any JSON, else the writer's
+// resolved to the reader's (Avro schema resolution), cached.
+func (c *Codec) readSchema(id int, writer avro.Schema, reader *spec.Type) (avro.Schema, error) {
+	if reader == nil || writer.String() == reader.Avro.Canonical {
+		return writer, nil
+	}
+	k := resolveKey{id, reader.Avro.Canonical}
+	c.mu.RLock()
+	s, ok := c.resolved[k]
+	c.mu.RUnlock()
+	if ok {
+		return s, nil
+	}
+	s, err := avro.NewSchemaCompatibility().Resolve(reader.Avro.Schema, writer)
+	if err != nil {
+		return nil, &DecodeError{ID: id, Type: reader.Name, Err: fmt.Errorf("the writer's schema does not resolve to the reader's: %w", err)}
+	}
+	c.mu.Lock()
+	c.resolved[k] = s
+	c.mu.Unlock()
+	return s, nil
+}
+
+// Decode reads a Confluent-framed Avro body as JSON for a handler: by the
+// writer's schema (found by the frame's id), resolved to reader's (an Avro
+// type; nil reads by the writer's schema alone). It returns the JSON and
+// the writer's id. Errors: *FrameError, *UnknownSchemaError and
+// *DecodeError are fatal for the message (Fatal); any other is the
+// registry failing.
+func (c *Codec) Decode(ctx context.Context, reader *spec.Type, body []byte) ([]byte, int, error) {
+	if reader != nil && !reader.IsAvro() {
+		return nil, 0, fmt.Errorf("type %s is not an Avro type", reader.Name)
+	}
+	id, payload, err := ReadFrame(body)
+	if err != nil {
+		return nil, 0, err
+	}
+	w, err := c.writer(ctx, id)
+	if err != nil {
+		return nil, id, err
+	}
+	rs, err := c.readSchema(id, w, reader)
+	if err != nil {
+		return nil, id, err
+	}
+	typeName := ""
+	shape := w
+	if reader != nil {
+		typeName, shape = reader.Name, reader.Avro.Schema
+	}
+	var native any
+	if err := c.api.Unmarshal(rs, payload, &native); err != nil {
+		return nil, id, &DecodeError{ID: id, Type: typeName, Err: errors.New(strings.TrimPrefix(err.Error(), "avro: "))}
+	}
+	v, err := spec.AvroToJSON(shape, native)
+	if err != nil {
+		return nil, id, &DecodeError{ID: id, Type: typeName, Err: err}
+	}
+	var out bytes.Buffer
+	enc := json.NewEncoder(&out)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, id, &DecodeError{ID: id, Type: typeName, Err: err}
+	}
+	return bytes.TrimSuffix(out.Bytes(), []byte("\n")), id, nil
+}
+
+// Encode writes a handler's JSON output as the Confluent-framed Avro
+// binary of its type t, with the id of t's schema under its subject
+// (registered at Register, or now). It returns the body and the id; the
+// message's content_type is ContentType and its HeaderSchemaID header
+// HeaderValue(id). Errors: *EncodeError is fatal for the message (the
+// output does not fit the type); any other is the registry failing (or
+// refusing the schema, read-only).
+func (c *Codec) Encode(ctx context.Context, t *spec.Type, jsonBody []byte) ([]byte, int, error) {
+	if !t.IsAvro() {
+		return nil, 0, fmt.Errorf("type %s is not an Avro type", t.Name)
+	}
+	v, err := spec.DecodeJSON(jsonBody)
+	if err != nil {
+		return nil, 0, &EncodeError{Type: t.Name, Subject: t.Subject, Err: fmt.Errorf("the output is not JSON: %w", err)}
+	}
+	native, err := spec.AvroFromJSON(t.Avro.Schema, v)
+	if err != nil {
+		return nil, 0, &EncodeError{Type: t.Name, Subject: t.Subject, Err: err}
+	}
+	id, err := c.typeID(ctx, t)
+	if err != nil {
+		return nil, 0, err
+	}
+	bin, err := c.api.Marshal(t.Avro.Schema, native)
+	if err != nil {
+		return nil, id, &EncodeError{Type: t.Name, Subject: t.Subject, Err: errors.New(strings.TrimPrefix(err.Error(), "avro: "))}
+	}
+	out := make([]byte, 0, FrameSize+len(bin))
+	return AppendFrame(out, id, bin), id, nil
+}
