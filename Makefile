@@ -39,6 +39,7 @@ test: services build
 	$(GO) test -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime 15s -fuzzminimizetime 5s ./spec
 	$(GO) test -run '^$$' -fuzz '^FuzzParseItinerary$$' -fuzztime 10s -fuzzminimizetime 5s ./runtime/decide
 	$(GO) test -run '^$$' -fuzz '^FuzzReadClaimCheck$$' -fuzztime 10s -fuzzminimizetime 5s ./runtime/decide
+	$(GO) test -run '^$$' -fuzz '^FuzzReadAvroFrame$$' -fuzztime 10s -fuzzminimizetime 5s ./runtime/codec
 	$(MAKE) -s chaos-short
 
 fuzz:
