@@ -21,7 +21,8 @@ func newTestCmd(io streams) *cobra.Command {
 		Use:   "test [--format text|json|github|junit] [--update] [--plugins] [PATH...]",
 		Short: "Run flow tests (*.flowtest.yaml) on a simulated broker and a virtual clock",
 		Long: `Run the flow tests in each PATH (a *.flowtest.yaml file, or a folder
-searched for them; the current folder by default) with the runtime's own
+searched for them; the current folder by default; folders named testdata or starting
+with a dot are searched only when named) with the runtime's own
 decision code, a simulated broker and a virtual clock: retries, delays,
 saga timeouts and schedules fire without waiting. Needs no broker, no
 database and no plugin binary; --plugins calls the real plugins instead
@@ -79,8 +80,13 @@ passes, 1 when any fails or a file is invalid, 2 on usage errors.`,
 				for _, c := range r.Cases {
 					if len(c.Failures) == 0 {
 						passed++
-					} else {
-						failedN++
+						continue
+					}
+					failedN++
+					for _, f := range c.Failures {
+						// --update cannot write this one (a dead letter no
+						// list names): it still fails.
+						bad = bad || !f.Updatable()
 					}
 				}
 			}

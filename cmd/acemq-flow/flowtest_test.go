@@ -89,6 +89,14 @@ func TestFlowTestFormats(t *testing.T) {
 			t.Errorf("test --format xml: exit %d, want 2", code)
 		}
 	})
+	t.Run("testdata is searched only when named", func(t *testing.T) {
+		if _, errb, code := cli(t, "test", "testdata"); code != 1 || !strings.Contains(errb, "2 failed") {
+			t.Errorf("test testdata: exit %d, stderr %q; want exit 1 and the failing file found when testdata is named", code, errb)
+		}
+		if out, _, code := cli(t, "test", "."); code != 1 || !strings.Contains(out, "no test files found") {
+			t.Errorf("test .: exit %d, stdout %q; want exit 1 with no test files found, testdata left out", code, out)
+		}
+	})
 	t.Run("a path without test files fails", func(t *testing.T) {
 		if _, _, code := cli(t, "test", t.TempDir()); code != 1 {
 			t.Errorf("test EMPTY-FOLDER: exit %d, want 1", code)
@@ -110,8 +118,8 @@ func TestFlowTestUpdate(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, errb, _ := cli(t, "test", "--update", dir); !strings.Contains(errb, "rewrote 2 expected list(s)") {
-		t.Fatalf("test --update: stderr = %q, want 2 lists rewritten", errb)
+	if _, errb, code := cli(t, "test", "--update", dir); !strings.Contains(errb, "rewrote 2 expected list(s)") || code != 1 {
+		t.Fatalf("test --update: exit %d, stderr = %q; want 2 lists rewritten, and exit 1 for the dead letter it cannot write", code, errb)
 	}
 	got, _ := os.ReadFile(filepath.Join(dir, "failing.flowtest.yaml"))
 	for _, want := range []string{"route: [first, second]\n", "        - {queue: tiny.second, attempt: 2, delay: 5s}\n", "    expect:\n      route: [first, second]\n      outputs: {tiny.second: [{n: 1}]}\n"} {

@@ -84,7 +84,8 @@ type Send struct {
 }
 
 // Load reads the test files among paths: each path is a test file, or a
-// folder searched for *.flowtest.yaml below it.
+// folder searched for *.flowtest.yaml below it (but in folders named
+// testdata or starting with a dot, searched only when named).
 func Load(paths ...string) ([]*File, spec.Diagnostics) {
 	var files []string
 	var ds spec.Diagnostics
@@ -99,6 +100,11 @@ func Load(paths ...string) ([]*File, spec.Diagnostics) {
 			continue
 		}
 		_ = filepath.WalkDir(p, func(fp string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() && fp != p && (d.Name() == "testdata" || strings.HasPrefix(d.Name(), ".")) {
+				// As go test does: test data and hidden folders are
+				// searched only when named.
+				return filepath.SkipDir
+			}
 			if err == nil && !d.IsDir() && strings.HasSuffix(fp, Suffix) {
 				files = append(files, fp)
 			}
