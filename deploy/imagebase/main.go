@@ -10,11 +10,12 @@
 // /home/nonroot. Its config runs as 65532:65532. Every file has the time
 // 0 and a fixed owner, so that the same CA bundle gives the same digest.
 //
-//	imagebase --addr-file F [--ca-bundle PATH] [--repo acemq/base]
+//	imagebase --addr-file F [--addr 127.0.0.1:35171] [--ca-bundle PATH] [--repo acemq/base]
 //
 // pushes the base as <addr>/<repo>:static-nonroot, writes <addr> (a
-// 127.0.0.1 address) to F once the push is done, and serves until SIGINT or
-// SIGTERM. scripts/image.sh runs it, as KO_DEFAULTBASEIMAGE.
+// 127.0.0.1 address: --addr, or any free port when it is taken) to F once
+// the push is done, and serves until SIGINT or SIGTERM. scripts/image.sh
+// runs it, as KO_DEFAULTBASEIMAGE.
 package main
 
 import (
@@ -49,6 +50,7 @@ const Tag = "static-nonroot"
 
 func main() {
 	addrFile := flag.String("addr-file", "", "file to write the registry's address to once the base is pushed (required)")
+	addr := flag.String("addr", "127.0.0.1:35171", "loopback address to serve the registry on; when it is taken, any free port")
 	caBundle := flag.String("ca-bundle", "/etc/ssl/certs/ca-certificates.crt", "the CA certificates (PEM) the image trusts")
 	repo := flag.String("repo", "acemq/base", "repository the base is pushed to")
 	flag.Parse()
@@ -58,13 +60,13 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *addrFile, *caBundle, *repo); err != nil {
+	if err := run(ctx, *addr, *addrFile, *caBundle, *repo); err != nil {
 		fmt.Fprintf(os.Stderr, "imagebase: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, addrFile, caBundle, repo string) error {
+func run(ctx context.Context, want, addrFile, caBundle, repo string) error {
 	ca, err := os.ReadFile(caBundle)
 	if err != nil {
 		return fmt.Errorf("read the CA bundle: %w; install Debian's ca-certificates or give --ca-bundle", err)
@@ -73,9 +75,15 @@ func run(ctx context.Context, addrFile, caBundle, repo string) error {
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	// ko writes the base's name, this address included, into each image's
+	// annotations (org.opencontainers.image.base.name): the same address
+	// each time gives the same digests for the same commit.
+	ln, err := net.Listen("tcp", want)
 	if err != nil {
-		return fmt.Errorf("listen on loopback: %w", err)
+		fmt.Fprintf(os.Stderr, "imagebase: %s is taken (%v); serving on another port, so the images' base name and digests differ from other builds\n", want, err)
+		if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			return fmt.Errorf("listen on loopback: %w", err)
+		}
 	}
 	srv := &http.Server{Handler: registry.New(registry.Logger(log.New(io.Discard, "", 0))), ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan error, 1)
