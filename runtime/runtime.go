@@ -80,6 +80,11 @@ type Options struct {
 	// schedules. The caller runs the outbox relay on it (runtime/relay;
 	// `acemq-flow run` does whenever the flows have schedules).
 	Schedules stores.ScheduleTicks
+	// Blobs is the claim check's blob store (FLOW-FORMAT §6): a delivery
+	// carrying a reference gets its body from it, and a result above its
+	// type's claim_check.above is put there and published as a reference.
+	// Nil: results travel inline, and a reference is dead-lettered.
+	Blobs stores.Blobs
 }
 
 // Runtime runs a Plan: it connects, declares the topology, starts the

@@ -8,7 +8,7 @@ import (
 )
 
 // A group's step is a chain of small wrappers around the handler call,
-// each in a file of its own: the payload checks (step_check.go), the check
+// each in a file of its own: the claim check (step_claimcheck.go), the payload checks (step_check.go), the check
 // that the exchanges a decision publishes to exist (step_destination.go),
 // the delay ladder for what goes to a step with a delay (step_delay.go),
 // the claim gate of an idempotent consumer (step_claim.go), and the call
@@ -37,5 +37,7 @@ func (g *group) steps() stepFunc {
 	if g.gate != nil {
 		step = g.claimStep(step)
 	}
-	return g.checkStep(g.destinationStep(g.delayStep(step)))
+	// The claim check is outermost: the payload checks read the body it
+	// fetched, and what every other wrapper publishes is what it stores.
+	return g.claimCheckStep(g.checkStep(g.destinationStep(g.delayStep(step))))
 }

@@ -1,0 +1,123 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/acemq/acemq-flow/runtime/decide"
+	"github.com/acemq/acemq-flow/stores"
+)
+
+// claimCheckStep is the claim check around the rest of the step
+// (FLOW-FORMAT §6): a delivery that carries a reference gets its body back
+// from the blob store before anything reads it, so that the payload checks
+// and the handler see the body as it was sent; what the decision publishes
+// above its threshold goes to the blob store and travels as a reference.
+//
+// A reference that cannot be honoured (malformed, a blob that is missing or
+// fails its SHA-256 check) is dead-lettered with kind claim-check, the key
+// in its reason, never retried: no retry brings the blob back. A blob store
+// that fails otherwise (an outage) decides nothing about the message: it is
+// retried through its ladder, the reference unchanged.
+//
+// A message republished as it arrived (a retry, a dead letter, a park)
+// carries the reference it arrived with, never the body: its blob is
+// already stored, and a queue must never hold the payload.
+func (g *group) claimCheckStep(next stepFunc) stepFunc {
+	return func(ctx context.Context, d *delivery) decide.Decision {
+		orig := d.in
+		ref, checked, err := decide.ReadClaimCheck(orig.Props)
+		if err != nil {
+			return decide.DeadLetter(g.c, orig, decide.ClaimCheckKind, err.Error(), time.Now())
+		}
+		var body []byte
+		if checked {
+			var lost bool
+			if body, lost, err = g.fetchBlob(ctx, ref); err != nil {
+				if lost {
+					return decide.DeadLetter(g.c, orig, decide.ClaimCheckKind, err.Error(), time.Now())
+				}
+				return decide.Retry(g.c, orig, err, time.Now(), rand.Float64())
+			}
+			m, err := decide.RestoreClaimCheck(orig.Props, ref, body)
+			if err != nil {
+				return decide.DeadLetter(g.c, orig, decide.ClaimCheckKind, err.Error(), time.Now())
+			}
+			d.in = decide.InboundOf(m)
+		}
+		dec := next(ctx, d)
+		for i := range dec.Publish {
+			p := &dec.Publish[i].Message
+			if checked && sameBytes(p.Body, body) {
+				// The body as it arrived: its reference, whose blob is there.
+				*p = decide.WithClaimCheck(*p, ref)
+				continue
+			}
+			if g.r.opts.Blobs == nil || !decide.ShouldClaimCheck(len(p.Body), g.c.ClaimCheck.Output) {
+				continue
+			}
+			key, err := g.r.opts.Blobs.PutBlob(ctx, p.Body)
+			if err != nil {
+				// Nothing is published: the delivery is tried again, as it
+				// arrived, once the store answers.
+				return decide.Retry(g.c, orig, fmt.Errorf("blob store: put the result of %d bytes: %w", len(p.Body), err), time.Now(), rand.Float64())
+			}
+			*p = decide.WithClaimCheck(*p, decide.ClaimCheck{Key: key, Size: int64(len(p.Body)), ContentType: p.ContentType})
+		}
+		return dec
+	}
+}
+
+// fetchBlob returns the body ref names. lost is true when the reference
+// can never be honoured (no blob store, a blob missing or damaged; the
+// error names the key); any other error is the store's failure, to be
+// retried.
+func (g *group) fetchBlob(ctx context.Context, ref decide.ClaimCheck) (body []byte, lost bool, err error) {
+	if g.r.opts.Blobs == nil {
+		return nil, true, fmt.Errorf("the message references blob %s, and this runtime has no blob store; run it with --blobs naming the store its senders put blobs in", ref.Key)
+	}
+	body, err = g.r.opts.Blobs.GetBlob(ctx, ref.Key)
+	var missing *stores.MissingBlobError
+	var corrupt *stores.CorruptBlobError
+	switch {
+	case errors.As(err, &missing), errors.As(err, &corrupt):
+		return nil, true, err
+	case err != nil:
+		return nil, false, fmt.Errorf("blob store: get blob %s: %w", ref.Key, err)
+	}
+	return body, false, nil
+}
+
+// sameBytes reports whether a and b are the same non-empty slice of the
+// same array: a publish that carries the restored body itself.
+func sameBytes(a, b []byte) bool {
+	return len(a) > 0 && len(a) == len(b) && &a[0] == &b[0]
+}
+
+// claimChecked returns m as the runtime publishes it for a caller of the
+// Go API (PublishAt, PublishIn): by claim check when its body is above the
+// threshold of its type (the input threshold of a consumer of that type,
+// else the default) and the runtime has a blob store; unchanged otherwise.
+func (r *Runtime) claimChecked(ctx context.Context, m decide.Message) (decide.Message, error) {
+	if r.opts.Blobs == nil {
+		return m, nil
+	}
+	var above int64
+	for i := range r.plan.Consumers {
+		if c := &r.plan.Consumers[i]; m.Type != "" && c.Input == m.Type {
+			above = c.ClaimCheck.Input
+			break
+		}
+	}
+	if !decide.ShouldClaimCheck(len(m.Body), above) {
+		return m, nil
+	}
+	key, err := r.opts.Blobs.PutBlob(ctx, m.Body)
+	if err != nil {
+		return m, fmt.Errorf("put the body of message %s (%d bytes) in the blob store: %w", m.MessageID, len(m.Body), err)
+	}
+	return decide.WithClaimCheck(m, decide.ClaimCheck{Key: key, Size: int64(len(m.Body)), ContentType: m.ContentType}), nil
+}
