@@ -13,6 +13,7 @@ import (
 	"github.com/acemq/acemq-flow/runtime"
 	"github.com/acemq/acemq-flow/runtime/admin"
 	"github.com/acemq/acemq-flow/runtime/relay"
+	"github.com/acemq/acemq-flow/spec"
 	"github.com/acemq/acemq-flow/stores"
 	"github.com/acemq/acemq-flow/stores/storeurl"
 )
@@ -51,10 +52,11 @@ func newLogger(io streams, level, format string) (*slog.Logger, error) {
 func newRunCmd(io streams) *cobra.Command {
 	var (
 		amqpURL, adminAddr, token, logLevel, logFormat string
-		storeURL                                       string
+		storeURL, blobsURL                             string
 		drain, claimTimeout, purgeEvery, published     time.Duration
+		blobRetention                                  time.Duration
 		management                                     string
-		createSchema, withRelay                        bool
+		createSchema, withRelay, schemaRegistry        bool
 	)
 	cmd := &cobra.Command{
 		Use:   "run PATH...",
@@ -66,7 +68,7 @@ for redelivery.
 
 Environment: ACEMQ_AMQP_URL (--amqp), ACEMQ_ADMIN_ADDR (--admin),
 ACEMQ_ADMIN_TOKEN (--admin-token), ACEMQ_STORE_URL (--store),
-ACEMQ_MANAGEMENT_URL (--management).`,
+ACEMQ_BLOBS_URL (--blobs), ACEMQ_MANAGEMENT_URL (--management).`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			log, err := newLogger(io, logLevel, logFormat)
@@ -83,10 +85,20 @@ ACEMQ_MANAGEMENT_URL (--management).`,
 			case claimTimeout <= 0:
 				return usage("--claim-timeout %s must be positive: it is the lease of an idempotency claim; set it above the slowest handler", claimTimeout)
 			}
-			_, pl, diags := loadAndCompile(io, args)
+			if err := checkBlobsFlags(blobsURL, blobRetention); err != nil {
+				return err
+			}
+			fs, pl, diags := loadAndCompile(io, args)
 			_ = renderDiagText(io.err, diags)
 			if diags.HasErrors() {
 				return failed("the flows are invalid; fix the errors above")
+			}
+			if fs != nil {
+				// A claim-checked message that waits longer than the blob
+				// retention finds its payload purged (FLOW-FORMAT §6).
+				for _, d := range spec.CheckBlobRetention(fs.Flows, blobRetention) {
+					log.Warn("a message may outlive its claim-checked payload", "at", d.Pos.String(), "warning", d.Msg, "hint", d.Hint)
+				}
 			}
 			// Refused before anything opens: parts of the format the
 			// runtime does not run, an admin listener anyone on the
@@ -120,7 +132,9 @@ ACEMQ_MANAGEMENT_URL (--management).`,
 				// relay nobody started.
 				withRelay = true
 			}
-			if needsStore(pl) || withRelay {
+			// The schema registry is served from the store: asking for it
+			// opens the store like anything else that needs one.
+			if needsStore(pl) || withRelay || schemaRegistry {
 				var err error
 				set, err = openStoreWith(cmd.Context(), storeURL, stores.Options{ClaimTimeout: claimTimeout, PublishedRetention: published}, createSchema)
 				if err != nil {
@@ -130,6 +144,13 @@ ACEMQ_MANAGEMENT_URL (--management).`,
 				opts.Store, opts.Schedules, opts.Sagas = set, set, set
 				log.Info("store opened", "store", redactStore(storeURL))
 			}
+			blobs, err := openBlobs(cmd.Context(), blobsURL, createSchema)
+			if err != nil {
+				return failed("%v", err)
+			}
+			defer blobs.Close()
+			opts.Blobs = blobs
+			log.Info("blob store opened", "blobs", redactStore(blobsURL), "retention", blobRetention)
 			rt, err := runtime.New(pl, opts)
 			if err != nil {
 				return failed("%v", err)
@@ -139,7 +160,13 @@ ACEMQ_MANAGEMENT_URL (--management).`,
 			ctx, cancel := context.WithCancel(cmd.Context())
 			defer cancel()
 			if adminAddr != "" {
-				srv, err := admin.New(admin.Options{Addr: adminAddr, Token: token, Runtime: rt, Plan: pl, Metrics: rt.Metrics(), Log: log})
+				aopts := admin.Options{Addr: adminAddr, Token: token, Runtime: rt, Plan: pl, Metrics: rt.Metrics(), Log: log}
+				if set != nil {
+					// The Confluent REST subset of the schema registry
+					// (FLOW-FORMAT §6), on the store's schemas.
+					aopts.Registry = set
+				}
+				srv, err := admin.New(aopts)
 				if err != nil {
 					return failed("%v", err)
 				}
@@ -161,6 +188,7 @@ ACEMQ_MANAGEMENT_URL (--management).`,
 				// records: without purges both tables grow for ever.
 				wg.Go(func() { runtime.RunPurges(ctx, set, purgeEvery, log) })
 			}
+			wg.Go(func() { runBlobPurges(ctx, blobs, blobRetention, purgeEvery, log) })
 			if withRelay {
 				// The outbox relay runs beside the consumers, on its own
 				// connection, until the same signal (or the runtime's end)
@@ -197,6 +225,9 @@ ACEMQ_MANAGEMENT_URL (--management).`,
 	f.DurationVar(&published, "published-retention", stores.DefaultPublishedRetention, "how long published outbox records are kept before a purge deletes them")
 	f.StringVar(&management, "management", envOr("ACEMQ_MANAGEMENT_URL", ""), "the broker's management API, where topology checks read queues and exchanges (env ACEMQ_MANAGEMENT_URL; default: http://<amqp host>:15672 with the --amqp user; off to keep away)")
 	f.BoolVar(&withRelay, "relay", false, "also run the outbox relay on --store (always on when the flows have schedules: it publishes their firings)")
+	f.StringVar(&blobsURL, "blobs", envOr("ACEMQ_BLOBS_URL", storeurl.DefaultBlobs), "the claim check's blob store, where bodies above claim_check.above are kept: file:DIR or postgres://… (env ACEMQ_BLOBS_URL); every runtime and send of the flows must use the same one")
+	f.DurationVar(&blobRetention, "blob-retention", stores.DefaultBlobRetention, "keep a blob this long after its last put; it must outlast every queue TTL, retry ladder, .dlq and replay (validate warns)")
+	f.BoolVar(&schemaRegistry, "schema-registry", false, "serve the schema registry (the Confluent REST subset) on --admin from --store, even when the flows need no store")
 	f.BoolVar(&createSchema, "create-schema", false, "create the store's tables if missing (development only; otherwise run acemq-flow migrate)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&logFormat, "log-format", "text", "text or json")

@@ -15,6 +15,7 @@ import (
 	"github.com/acemq/acemq-flow/runtime/decide"
 	"github.com/acemq/acemq-flow/runtime/ops"
 	"github.com/acemq/acemq-flow/runtime/plan"
+	"github.com/acemq/acemq-flow/stores/storeurl"
 )
 
 func newSendCmd(s streams) *cobra.Command {
@@ -26,6 +27,7 @@ func newSendCmd(s streams) *cobra.Command {
 		token     string
 		in, at    string
 		wait      time.Duration
+		blobsURL  string
 	)
 	cmd := &cobra.Command{
 		Use:   "send [PATH...] (--pipeline|--itinerary|--saga NAME | --exchange X --routing-key K) [--data @file|-|JSON] [--in DURATION | --at TIME] [--wait DURATION]",
@@ -45,7 +47,15 @@ has run on the broker.
 exit 0 when the run completed or stopped, 1 when it was dead-lettered or no
 reply came in time. A saga's reply comes when its instance ends, its summary
 as payload: exit 0 when it completed, 1 when it was compensated or is
-unresolved. With --in or --at, the wait includes the delay.`,
+unresolved. With --in or --at, the wait includes the delay.
+
+A payload above the input type's claim_check.above (64 KiB by default; from
+the running runtime or to an exchange, the default) goes by claim check: it
+is put in the blob store --blobs names, the one the runtime uses, and the
+message carries its reference.
+
+Environment: ACEMQ_AMQP_URL (--amqp), ACEMQ_ADMIN_ADDR (--admin),
+ACEMQ_ADMIN_TOKEN (--admin-token), ACEMQ_BLOBS_URL (--blobs).`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			delay, err := parseWhen(in, at)
 			if err != nil {
@@ -60,7 +70,11 @@ unresolved. With --in or --at, the wait includes the delay.`,
 			if err != nil {
 				return err
 			}
+			if err := checkSendBlobs(blobsURL); err != nil {
+				return err
+			}
 			var msg decide.Message
+			var above int64 // the default threshold, unless the flows say
 			if len(args) > 0 {
 				_, pl, ds := loadAndCompile(s, args)
 				if ds.HasErrors() {
@@ -70,6 +84,7 @@ unresolved. With --in or --at, the wait includes the delay.`,
 				if msg, err = decide.FirstMessage(pl, t, payload, time.Now()); err != nil {
 					return failed("%v", err)
 				}
+				above = ops.FirstClaimCheckAbove(pl, t)
 			} else if t.Exchange != "" || t.RoutingKey != "" {
 				if msg, err = decide.FirstMessage(&plan.Plan{}, t, payload, time.Now()); err != nil {
 					return failed("%v", err)
@@ -79,6 +94,9 @@ unresolved. With --in or --at, the wait includes the delay.`,
 				if msg, err = admin.NewClient(adminAddr, token).FirstMessage(cmd.Context(), t, payload); err != nil {
 					return failed("%v", err)
 				}
+			}
+			if msg, err = sendClaimCheck(cmd.Context(), blobsURL, msg, above); err != nil {
+				return err
 			}
 			dest := msg
 			if delay != nil {
@@ -110,8 +128,12 @@ unresolved. With --in or --at, the wait includes the delay.`,
 			if reply.Error != "" {
 				fmt.Fprintf(s.err, "error: %s\n", reply.Error)
 			}
-			if len(reply.Payload) > 0 {
-				fmt.Fprintf(s.out, "%s\n", reply.Payload)
+			payload, err = replyPayload(cmd.Context(), blobsURL, reply)
+			if err != nil {
+				fmt.Fprintf(s.err, "the reply's payload is claim-checked and could not be fetched: %v; printed is its reference\n", err)
+			}
+			if len(payload) > 0 {
+				fmt.Fprintf(s.out, "%s\n", payload)
 			}
 			switch reply.Outcome {
 			case "dead-lettered", decide.SagaCompensated, decide.SagaUnresolved:
@@ -130,6 +152,7 @@ unresolved. With --in or --at, the wait includes the delay.`,
 	f.StringVar(&in, "in", "", "deliver after this delay (1h30m, 90s: up to 2^28-1 s, about 8.5 years)")
 	f.StringVar(&at, "at", "", "deliver at this time (RFC 3339: 2026-09-09T14:00:00Z)")
 	f.DurationVar(&wait, "wait", 0, "wait this long for the reply (request/reply)")
+	f.StringVar(&blobsURL, "blobs", os.Getenv("ACEMQ_BLOBS_URL"), "the runtime's claim-check blob store, for a payload above its claim_check.above: file:DIR or postgres://… (env ACEMQ_BLOBS_URL)")
 	amqpFlag(f, &amqpURL)
 	f.StringVar(&adminAddr, "admin", envOr("ACEMQ_ADMIN_ADDR", "127.0.0.1:9464"), "without PATH, the running runtime's admin address, which knows the flows (env ACEMQ_ADMIN_ADDR)")
 	f.StringVar(&token, "admin-token", envOr("ACEMQ_ADMIN_TOKEN", ""), "without PATH, the bearer token of the runtime's admin API, when it was started with one: every endpoint but /healthz and /readyz needs it (env ACEMQ_ADMIN_TOKEN)")
@@ -225,4 +248,70 @@ func parseWhen(in, at string) (func(now time.Time) time.Time, error) {
 		return func(time.Time) time.Time { return t }, nil
 	}
 	return nil, nil
+}
+
+// checkSendBlobs refuses a --blobs URL of no known scheme before anything
+// is read or sent.
+func checkSendBlobs(blobsURL string) error {
+	if blobsURL == "" {
+		return nil
+	}
+	if _, err := storeurl.BlobsBackend(blobsURL); err != nil {
+		return usage("--blobs: %v", err)
+	}
+	return nil
+}
+
+// sendClaimCheck returns msg as it is sent: by claim check when its body is
+// above the threshold (FLOW-FORMAT §6), put in the blob store blobsURL
+// names, which must then be given; unchanged otherwise. A file: store must
+// exist already: one created here would not be the runtime's.
+func sendClaimCheck(ctx context.Context, blobsURL string, msg decide.Message, above int64) (decide.Message, error) {
+	if !decide.ShouldClaimCheck(len(msg.Body), above) {
+		return msg, nil
+	}
+	var blobs ops.BlobPutter
+	if blobsURL != "" {
+		if backend, _ := storeurl.BlobsBackend(blobsURL); backend == "file" {
+			if fi, err := os.Stat(storeurl.FilePath(blobsURL)); err != nil || !fi.IsDir() {
+				return msg, failed("the blob store %s does not exist (no such directory); give the --blobs the runtime uses", redactStore(blobsURL))
+			}
+		}
+		b, err := openBlobs(ctx, blobsURL, false)
+		if err != nil {
+			return msg, failed("%v", err)
+		}
+		defer b.Close()
+		blobs = b
+	}
+	out, _, err := ops.ClaimCheck(ctx, blobs, msg, above)
+	if err != nil {
+		return msg, failed("%v", err)
+	}
+	return out, nil
+}
+
+// replyPayload returns the payload of a reply, fetched from the blob store
+// blobsURL names when the reply carries a claim-check reference; on an
+// error, the reference as it came.
+func replyPayload(ctx context.Context, blobsURL string, r *ops.Reply) ([]byte, error) {
+	ref, checked, err := decide.ReadClaimCheck(decide.Message{Headers: r.Headers, Body: r.Payload})
+	switch {
+	case err != nil:
+		return r.Payload, err
+	case !checked:
+		return r.Payload, nil
+	case blobsURL == "":
+		return r.Payload, fmt.Errorf("blob %s: give --blobs naming the runtime's blob store", ref.Key)
+	}
+	b, err := openBlobs(ctx, blobsURL, false)
+	if err != nil {
+		return r.Payload, err
+	}
+	defer b.Close()
+	body, err := b.GetBlob(ctx, ref.Key)
+	if err != nil {
+		return r.Payload, err
+	}
+	return body, nil
 }

@@ -14,6 +14,55 @@ import (
 	"github.com/acemq/acemq-flow/runtime/wire"
 )
 
+// BlobPutter is what a send needs of the claim check's blob store
+// (stores.Blobs): a body put under its key.
+type BlobPutter interface {
+	PutBlob(ctx context.Context, content []byte) (key string, err error)
+}
+
+// FirstClaimCheckAbove returns the claim-check threshold of the first
+// message of a run sent to t (FLOW-FORMAT §6): the pipeline's, itinerary's
+// or saga's input type's claim_check.above, else its file's defaults; for
+// an exchange and routing key, or a target p does not have, the default
+// (0, as decide.ShouldClaimCheck reads it).
+func FirstClaimCheckAbove(p *plan.Plan, t decide.Target) int64 {
+	switch {
+	case t.Pipeline != "":
+		if pl := p.Pipeline(t.Pipeline); pl != nil && pl.File != nil {
+			return pl.File.ClaimCheckAbove(pl.Input)
+		}
+	case t.Itinerary != "":
+		if it := p.Itinerary(t.Itinerary); it != nil && it.File != nil {
+			return it.File.ClaimCheckAbove(it.Input)
+		}
+	case t.Saga != "":
+		if s := p.Saga(t.Saga); s != nil && s.File != nil {
+			return s.File.ClaimCheckAbove(s.Input)
+		}
+	}
+	return 0
+}
+
+// ClaimCheck returns msg as it travels under threshold above: unchanged
+// when its body is not larger, otherwise with the body put in blobs and
+// the reference in its place (decide.WithClaimCheck). put is false when
+// the body travels inline. A nil blobs with a body above the threshold is
+// an error saying to give the runtime's blob store.
+func ClaimCheck(ctx context.Context, blobs BlobPutter, msg decide.Message, above int64) (out decide.Message, put bool, err error) {
+	if !decide.ShouldClaimCheck(len(msg.Body), above) {
+		return msg, false, nil
+	}
+	if blobs == nil {
+		return msg, false, fmt.Errorf("the payload is %d bytes, above the claim-check threshold of %d bytes, so it travels by claim check; give --blobs (or ACEMQ_BLOBS_URL) naming the blob store the runtime uses (file:DIR or postgres://…)",
+			len(msg.Body), decide.ClaimCheckAbove(above))
+	}
+	key, err := blobs.PutBlob(ctx, msg.Body)
+	if err != nil {
+		return msg, false, fmt.Errorf("put the payload of %d bytes in the blob store: %w", len(msg.Body), err)
+	}
+	return decide.WithClaimCheck(msg, decide.ClaimCheck{Key: key, Size: int64(len(msg.Body)), ContentType: msg.ContentType}), true, nil
+}
+
 // Reply is what came back to a `send --wait`.
 type Reply struct {
 	Outcome   string // completed, stopped, dead-lettered
