@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/acemq/acemq-flow/spec"
 	"github.com/acemq/acemq-flow/stores"
 	"github.com/acemq/acemq-flow/stores/schemacompat"
 	"github.com/acemq/acemq-flow/stores/storeurl"
@@ -34,7 +35,7 @@ over HTTP (--registry: the admin listener of a runtime, or Confluent's).
   schemas list                       the subjects, their latest version, id and level
   schemas show SUBJECT [VERSION]     one version (default: the latest) and its schema
   schemas register SUBJECT FILE      register FILE (.avsc: Avro, .json: JSON Schema)
-  schemas check PATH...              check schema files against their subjects; exit 1 when one is incompatible`,
+  schemas check PATH...              check schema files and flows' Avro types against their subjects; exit 1 when one is incompatible`,
 	}
 	cmd.AddCommand(newSchemasListCmd(s), newSchemasShowCmd(s), newSchemasRegisterCmd(s), newSchemasCheckCmd(s))
 	return cmd
@@ -319,9 +320,11 @@ Environment: ACEMQ_STORE_URL (--store), ACEMQ_SCHEMA_REGISTRY_URL (--registry), 
 	return cmd
 }
 
-// checkResult is what `schemas check` found for one file.
+// checkResult is what `schemas check` found for one file, or for one Avro
+// type of a flow (Path is then the type's position, Type its name).
 type checkResult struct {
 	Path          string               `json:"path"`
+	Type          string               `json:"type,omitempty"`
 	Subject       string               `json:"subject"`
 	SchemaType    stores.SchemaType    `json:"schemaType"`
 	Compatibility stores.Compatibility `json:"compatibility,omitempty"`
@@ -342,15 +345,18 @@ func newSchemasCheckCmd(s streams) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "check [--subject S] [--store URL | --registry URL] [--format text|json] PATH...",
-		Short: "Check schema files against their subjects' versions; exit 1 when one is incompatible",
-		Long: `Check each schema file (.avsc: Avro, .json: JSON Schema; a folder: the .avsc
-and .json files in it) against the versions of its subject under the
+		Short: "Check schema files and flows' Avro types against their subjects' versions; exit 1 when one is incompatible",
+		Long: `Check each schema file (.avsc: Avro, .json: JSON Schema) and each Avro type of
+each flow file (.yaml, .yml) against the versions of its subject under the
 subject's compatibility level, without registering anything: the CI gate for
-a schema change. A file's subject is its name without the extension
+a schema change. A folder stands for the schema files and flow files in it;
+an .avsc file a flow's type names by $ref is checked as that type, under
+the type's subject. A file's subject is its name without the extension
 (schemas/shop.OrderPlaced.avsc checks shop.OrderPlaced), or --subject for a
-single file. A subject the registry does not have yet has nothing to check
-against. Exit 1 when a file is incompatible (the first incompatible field is
-named) or invalid, 0 otherwise.
+single file; a flow's Avro type's is its subject: (default <flow>.<type>).
+A subject the registry does not have yet has nothing to check against. Exit 1
+when a schema is incompatible (the first incompatible field is named) or
+invalid, or a flow file does not load, 0 otherwise.
 
 The registry is the store (--store), or any Confluent-compatible registry over
 HTTP (--registry URL), whose versions and level are read and checked here with
@@ -364,19 +370,31 @@ Environment: ACEMQ_STORE_URL (--store), ACEMQ_SCHEMA_REGISTRY_URL (--registry), 
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			files, err := schemaFiles(args)
+			files, flowPaths, err := schemaFiles(args)
 			if err != nil {
 				return err
 			}
-			if subject != "" && len(files) != 1 {
-				return usage("--subject names the subject of one file, and %d files were given", len(files))
+			if subject != "" && (len(files) != 1 || len(flowPaths) > 0) {
+				return usage("--subject names the subject of one schema file, and %d files and %d flow paths were given (a flow's Avro type names its own, subject:)", len(files), len(flowPaths))
 			}
+			types, refd, err := flowAvroTypes(s, flowPaths)
+			if err != nil {
+				return err
+			}
+			files = slices.DeleteFunc(files, func(f string) bool { return refd[filepath.Clean(f)] })
 			reg, err := sf.open(cmd.Context())
 			if err != nil {
 				return err
 			}
 			defer reg.Close()
 			var results []checkResult
+			for _, ft := range types {
+				r, err := checkAvroType(cmd.Context(), reg, ft)
+				if err != nil {
+					return failed("%s: type %s: %s: %v", ft.t.Pos, ft.t.Name, sf.where(), err)
+				}
+				results = append(results, r)
+			}
 			for _, f := range files {
 				r, err := checkSchemaFile(cmd.Context(), reg, f, subject)
 				if err != nil {
@@ -403,33 +421,102 @@ Environment: ACEMQ_STORE_URL (--store), ACEMQ_SCHEMA_REGISTRY_URL (--registry), 
 	return cmd
 }
 
-// schemaFiles expands args: a file is itself, a folder its .avsc and .json
-// files, sorted.
-func schemaFiles(args []string) ([]string, error) {
-	var out []string
+// schemaFiles expands args: a schema file is itself, a flow file (.yaml,
+// .yml) a flow path, a folder its .avsc and .json files, sorted, and the
+// folder itself as a flow path when it holds YAML files.
+func schemaFiles(args []string) (files, flowPaths []string, err error) {
 	for _, a := range args {
 		fi, err := os.Stat(a)
 		if err != nil {
-			return nil, failed("%s cannot be read: %v", a, err)
+			return nil, nil, failed("%s cannot be read: %v", a, err)
 		}
 		if !fi.IsDir() {
-			out = append(out, a)
+			if isYAML(a) {
+				flowPaths = append(flowPaths, a)
+			} else {
+				files = append(files, a)
+			}
 			continue
 		}
+		yaml := false
 		err = filepath.WalkDir(a, func(p string, d fs.DirEntry, err error) error {
 			if err != nil {
 				return err
 			}
 			if ext := strings.ToLower(filepath.Ext(p)); !d.IsDir() && (ext == ".avsc" || ext == ".json") {
-				out = append(out, p)
+				files = append(files, p)
 			}
+			yaml = yaml || !d.IsDir() && isYAML(p)
 			return nil
 		})
 		if err != nil {
-			return nil, failed("%s cannot be read: %v", a, err)
+			return nil, nil, failed("%s cannot be read: %v", a, err)
+		}
+		if yaml {
+			flowPaths = append(flowPaths, a)
 		}
 	}
-	return out, nil
+	return files, flowPaths, nil
+}
+
+func isYAML(p string) bool {
+	ext := strings.ToLower(filepath.Ext(p))
+	return ext == ".yaml" || ext == ".yml"
+}
+
+// flowType is an Avro type of a loaded flow.
+type flowType struct {
+	flow *spec.Flow
+	t    *spec.Type
+}
+
+// flowAvroTypes loads the flows at paths and returns their Avro types, in
+// file and name order, with the .avsc files their $refs name (cleaned OS
+// paths). A flow that does not load is an error listing its diagnostics;
+// a folder holding no flow (only other YAML) has no types.
+func flowAvroTypes(s streams, paths []string) ([]flowType, map[string]bool, error) {
+	refd := map[string]bool{}
+	var out []flowType
+	for _, p := range paths {
+		set, err := spec.LoadPaths(spec.Options{}, p)
+		if set != nil {
+			for _, n := range set.Notices {
+				fmt.Fprintln(s.err, n)
+			}
+		}
+		var ds spec.Diagnostics
+		if errors.As(err, &ds) && !slices.ContainsFunc(ds, func(d spec.Diagnostic) bool { return d.Code != "no-flows" }) {
+			if fi, serr := os.Stat(p); serr == nil && fi.IsDir() {
+				continue // schema files beside other tools' YAML
+			}
+		}
+		if err != nil {
+			return nil, nil, failed("%s does not load, so its Avro types cannot be checked:\n%v", p, err)
+		}
+		for _, f := range set.Flows {
+			for _, t := range f.Types {
+				if !t.IsAvro() {
+					continue
+				}
+				out = append(out, flowType{flow: f, t: t})
+				if t.Avro.Ref != "" {
+					refd[filepath.Clean(filepath.Join(filepath.Dir(f.File), filepath.FromSlash(t.Avro.Ref)))] = true
+				}
+			}
+		}
+	}
+	return out, refd, nil
+}
+
+// checkAvroType checks one flow type's Avro schema against its subject.
+func checkAvroType(ctx context.Context, reg schemaRegistry, ft flowType) (checkResult, error) {
+	r := checkResult{Path: ft.t.Pos.String(), Type: ft.t.Name, Subject: ft.t.Subject, SchemaType: stores.SchemaAvro}
+	p, err := schemacompat.Parse(stores.SchemaAvro, ft.t.Avro.Text)
+	if err != nil {
+		r.Outcome, r.Reason = "invalid", err.Error()
+		return r, nil
+	}
+	return checkParsed(ctx, reg, r, p)
 }
 
 func checkSchemaFile(ctx context.Context, reg schemaRegistry, path, subject string) (checkResult, error) {
@@ -451,6 +538,12 @@ func checkSchemaFile(ctx context.Context, reg schemaRegistry, path, subject stri
 		r.Outcome, r.Reason = "invalid", err.Error()
 		return r, nil
 	}
+	return checkParsed(ctx, reg, r, p)
+}
+
+// checkParsed checks a parsed schema against r.Subject's versions.
+func checkParsed(ctx context.Context, reg schemaRegistry, r checkResult, p *schemacompat.Parsed) (checkResult, error) {
+	subject, typ := r.Subject, r.SchemaType
 	vs, err := reg.SubjectVersions(ctx, subject, false)
 	if err != nil {
 		return r, err
@@ -495,6 +588,9 @@ func checkSchemaFile(ctx context.Context, reg schemaRegistry, path, subject stri
 func renderCheck(w io.Writer, results []checkResult) {
 	bad := 0
 	for _, r := range results {
+		if r.Type != "" {
+			r.Path += ": type " + r.Type
+		}
 		switch r.Outcome {
 		case "compatible":
 			if len(r.Versions) == 0 {
@@ -519,7 +615,7 @@ func renderCheck(w io.Writer, results []checkResult) {
 		}
 	}
 	if bad > 0 {
-		fmt.Fprintf(w, "%d of %d schema files incompatible or invalid\n", bad, len(results))
+		fmt.Fprintf(w, "%d of %d schemas incompatible or invalid\n", bad, len(results))
 	}
 }
 

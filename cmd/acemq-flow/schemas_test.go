@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -75,6 +76,8 @@ func TestSchemasGoldens(t *testing.T) {
 		{"check.json", []string{"check", "--format", "json", "testdata/schemas/check"}, 1},
 		{"check-compatible.txt", []string{"check", "testdata/schemas/check/shop.Order.avsc", "testdata/schemas/check/audit.Event.avsc"}, 0},
 		{"check-subject.txt", []string{"check", "--subject", "shop.Order", schemaDir + "order-bad.avsc"}, 1},
+		{"check-flows.txt", []string{"check", "testdata/schemas/flows/shop.yaml", "testdata/schemas/flows/shop-next.yaml"}, 1},
+		{"check-flows.json", []string{"check", "--format", "json", "testdata/schemas/flows/shop.yaml"}, 0},
 	}
 	for _, b := range schemaBackends {
 		t.Run(b.name, func(t *testing.T) {
@@ -172,5 +175,44 @@ func TestSchemasHelpHidesSecrets(t *testing.T) {
 		if code != 0 || strings.Contains(out, "s3cret") || !strings.Contains(out, "svc:xxxxx@registry") {
 			t.Errorf("acemq-flow schemas %s --help: exit %d, want 0, no secret and the registry redacted:\n%s", sub, code, out)
 		}
+	}
+}
+
+func TestSchemasCheckReadsTheAvroTypesOfAFolderOfFlows(t *testing.T) {
+	set, where := schemaBackends[0].open(t)
+	writeSchemaFixture(t, set, where...)
+	out, errOut, code := cli(t, append([]string{"schemas", "check", "testdata/schemas/flows"}, where...)...)
+	if code != 1 {
+		t.Fatalf("schemas check testdata/schemas/flows: exit %d, want 1 (shop-next's Order is incompatible)\n%s%s", code, out, errOut)
+	}
+	for _, want := range []string{"shop.yaml:4:3: type Order: shop.Order: compatible", "shop-next.yaml:4:3: type Order: shop.Order: incompatible", "type Fresh: shop.Fresh: a new subject", "1 of 3 schemas"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("schemas check of the folder lacks %q:\n%s", want, out)
+		}
+	}
+	// The .avsc a type names by $ref is checked as the type, never again
+	// as a file of its own subject "order-v3".
+	if strings.Contains(out, "order-v3") {
+		t.Errorf("schemas check checked the $ref'd .avsc file on its own:\n%s", out)
+	}
+	if !strings.Contains(errOut, "other-tool.yaml: skipped") {
+		t.Errorf("stderr = %q, want the YAML file that is not a flow named as skipped", errOut)
+	}
+}
+
+func TestSchemasCheckFailsOnAFlowThatDoesNotLoad(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("version: acemq.flow/v1\nname: shop\ntypes:\n  Order: {avro: {type: record, name: Order, fields: [{name: id, type: strin}]}}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, where := schemaBackends[0].open(t)
+	_, errOut, code := cli(t, append([]string{"schemas", "check", bad}, where...)...)
+	if code != 1 || !strings.Contains(errOut, "does not load") || !strings.Contains(errOut, "bad.yaml:4:71") || !strings.Contains(errOut, "unknown type: strin") {
+		t.Errorf("schemas check of a flow with a bad Avro type: exit %d, stderr %q; want 1 with the diagnostic at bad.yaml:4:71", code, errOut)
+	}
+	_, errOut, code = cli(t, append([]string{"schemas", "check", "--subject", "s", "testdata/schemas/flows/shop.yaml"}, where...)...)
+	if code != 2 || !strings.Contains(errOut, "subject:") {
+		t.Errorf("schemas check --subject with a flow: exit %d, stderr %q; want a usage error", code, errOut)
 	}
 }
