@@ -480,3 +480,10 @@ func TestAFolderLoadsInFileOrder(t *testing.T) {
 		t.Errorf("flows = %q, want the 20 valid ones in file order", names)
 	}
 }
+
+func TestLoadPathsWithoutPathsSaysSo(t *testing.T) {
+	_, err := spec.LoadPaths(spec.Options{})
+	if err == nil || !strings.Contains(err.Error(), "no flow files to load") {
+		t.Fatalf("LoadPaths() = %v, want an error saying no flow files were named", err)
+	}
+}

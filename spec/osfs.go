@@ -1,6 +1,7 @@
 package spec
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,9 @@ import (
 // files the way they were given (relative to the current directory when the
 // paths were relative).
 func LoadPaths(opts Options, paths ...string) (*Set, error) {
+	if len(paths) == 0 {
+		return nil, errors.New("no flow files to load: name the flow files or the folders that hold them")
+	}
 	cwd, err := os.Getwd()
 	if err != nil {
 		return nil, err
