@@ -3,6 +3,7 @@ package harness
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -19,6 +20,7 @@ import (
 // the test ends. Its stderr (the log, plugin stderr included) is kept.
 type Runtime struct {
 	Admin string // the admin listener's address
+	Token string // the admin token Get sends, if any
 	cmd   *exec.Cmd
 	mu    sync.Mutex
 	log   bytes.Buffer
@@ -139,7 +141,14 @@ func (r *Runtime) Kill() {
 // status.
 func (r *Runtime) Get(path string) (string, int, error) {
 	c := http.Client{Timeout: 10 * time.Second}
-	resp, err := c.Get("http://" + r.Admin + path)
+	req, err := http.NewRequest(http.MethodGet, "http://"+r.Admin+path, nil)
+	if err != nil {
+		return "", 0, err
+	}
+	if r.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+r.Token)
+	}
+	resp, err := c.Do(req)
 	if err != nil {
 		return "", 0, err
 	}
@@ -172,4 +181,13 @@ func Tail(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// RunOnce runs binary with args to its end (at most d) and returns its
+// combined output and exit error: for a command expected to fail.
+func RunOnce(binary string, d time.Duration, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, binary, args...).CombinedOutput()
+	return string(out), err
 }
