@@ -30,6 +30,12 @@ import (
 //	time-millis, time-micros     "15:04:05.000", "15:04:05.000000"
 //	timestamp-millis, -micros    RFC 3339 in UTC: "2006-01-02T15:04:05.000Z", ".000000Z"
 //	local-timestamp-millis, -micros  the same without the zone
+//
+// A date or time that the text cannot hold (a year past 0 to 9999, a time
+// of day below 0 or from 24 hours) is the number Avro holds: days, or
+// milliseconds or microseconds (since the epoch, or since midnight);
+// written, these numbers are taken as well as the text.
+//
 //	decimal                      a string with exactly scale digits after the point, "12.30";
 //	                             written, a string or a JSON number (rounded to the scale)
 //	uuid                         a string
@@ -394,6 +400,9 @@ func logicalFromJSON(s avro.Schema, l avro.LogicalSchema, v any, at string) (out
 	}
 	switch l.Type() {
 	case avro.Date:
+		if n, ok := integer(v); ok {
+			return time.Unix(n*86400, 0).UTC(), nil, true
+		}
 		if !isStr {
 			return want(`a date such as "2006-01-02"`)
 		}
@@ -403,6 +412,12 @@ func logicalFromJSON(s avro.Schema, l avro.LogicalSchema, v any, at string) (out
 		}
 		return t, nil, true
 	case avro.TimeMillis, avro.TimeMicros:
+		if n, ok := integer(v); ok {
+			if l.Type() == avro.TimeMillis {
+				return time.Duration(n) * time.Millisecond, nil, true
+			}
+			return time.Duration(n) * time.Microsecond, nil, true
+		}
 		d, ok := parseTimeOfDay(str)
 		if !isStr || !ok {
 			return want(`a time of day such as "15:04:05.000"`)
@@ -421,6 +436,12 @@ func logicalFromJSON(s avro.Schema, l avro.LogicalSchema, v any, at string) (out
 		}
 		return t, nil, true
 	case avro.LocalTimestampMillis, avro.LocalTimestampMicros:
+		if n, ok := integer(v); ok {
+			if l.Type() == avro.LocalTimestampMillis {
+				return time.UnixMilli(n).UTC(), nil, true
+			}
+			return time.UnixMicro(n).UTC(), nil, true
+		}
 		t, err := time.Parse("2006-01-02T15:04:05.999999999", str)
 		if !isStr || err != nil {
 			return want(`a local time such as "2006-01-02T15:04:05.000"`)
@@ -447,6 +468,9 @@ func logicalFromJSON(s avro.Schema, l avro.LogicalSchema, v any, at string) (out
 		if dl != nil {
 			r = roundRat(r, dl.Scale())
 		}
+		if err := decimalFits(l, r, at); err != nil {
+			return nil, err, true
+		}
 		return r, nil, true
 	case avro.Duration:
 		m, ok := v.(map[string]any)
@@ -467,6 +491,20 @@ func logicalFromJSON(s avro.Schema, l avro.LogicalSchema, v any, at string) (out
 		return d, nil, true
 	}
 	return nil, nil, false
+}
+
+// decimalFits refuses a decoded decimal with more digits than its
+// schema's precision: the bytes hold any number, the type does not.
+func decimalFits(l avro.LogicalSchema, r *big.Rat, at string) error {
+	dl, ok := l.(*avro.DecimalLogicalSchema)
+	if !ok || dl.Precision() <= 0 {
+		return nil
+	}
+	digits := strings.TrimLeft(strings.Replace(strings.TrimPrefix(r.FloatString(dl.Scale()), "-"), ".", "", 1), "0")
+	if len(digits) > dl.Precision() {
+		return jsonErr(at, "the decimal %s has %d digits, more than its precision %d", r.FloatString(dl.Scale()), len(digits), dl.Precision())
+	}
+	return nil
 }
 
 // roundRat rounds r to scale digits after the point, half away from zero.
@@ -492,6 +530,11 @@ func AvroToJSON(s avro.Schema, v any) (any, error) { return toJSON(s, v, "") }
 func toJSON(s avro.Schema, v any, at string) (any, error) {
 	s = deref(s)
 	if l := logicalOf(s); l != nil {
+		if r, ok := v.(*big.Rat); ok {
+			if err := decimalFits(l, r, at); err != nil {
+				return nil, err
+			}
+		}
 		if out, ok := logicalToJSON(l, v); ok {
 			return out, nil
 		}
@@ -656,6 +699,17 @@ func primitiveToJSON(t avro.Type, v any, at string) (any, error) {
 func logicalToJSON(l avro.LogicalSchema, v any) (any, bool) {
 	switch x := v.(type) {
 	case time.Time:
+		if y := x.UTC().Year(); y < 0 || y > 9999 {
+			// Past what RFC 3339 can write: the number Avro holds.
+			switch l.Type() {
+			case avro.Date:
+				return int64(math.Floor(float64(x.Unix()) / 86400)), true
+			case avro.TimestampMillis, avro.LocalTimestampMillis:
+				return x.UnixMilli(), true
+			case avro.TimestampMicros, avro.LocalTimestampMicros:
+				return x.UnixMicro(), true
+			}
+		}
 		switch l.Type() {
 		case avro.Date:
 			return x.UTC().Format(dateLayout), true
@@ -669,9 +723,12 @@ func logicalToJSON(l avro.LogicalSchema, v any) (any, bool) {
 			return x.UTC().Format(localMicros), true
 		}
 	case time.Duration:
-		digits := 3
+		digits, unit := 3, time.Millisecond
 		if l.Type() == avro.TimeMicros {
-			digits = 6
+			digits, unit = 6, time.Microsecond
+		}
+		if x < 0 || x >= 24*time.Hour {
+			return int64(x / unit), true // not a time of day: the number Avro holds
 		}
 		day := time.Unix(0, 0).UTC().Add(x)
 		return day.Format("15:04:05." + strings.Repeat("0", digits)), true

@@ -162,6 +162,8 @@ func TestAvroValidateNamesWhereJSONDoesNotFit(t *testing.T) {
 		{"Avro's own union encoding picks a branch", func(m map[string]any) { m["either"] = map[string]any{"string": "x"} }, ""},
 		{"fixed of the wrong size", func(m map[string]any) { m["hash"] = "AA==" }, "at /hash: fixed shop.H holds 2 bytes, got 1"},
 		{"a timestamp not RFC 3339", func(m map[string]any) { m["at"] = "yesterday" }, "at /at: want an RFC 3339 time"},
+		{"a decimal past its precision", func(m map[string]any) { m["total"] = "12345678.9" }, "at /total: the decimal 12345678.90 has 10 digits, more than its precision 9"},
+		{"a timestamp as epoch milliseconds", func(m map[string]any) { m["at"] = int64(-62135596800001) }, ""},
 		{"bytes not base64", func(m map[string]any) { m["raw"] = "!!" }, "at /raw: want a base64 string"},
 		{"a nested record's field", func(m map[string]any) { m["ship"] = map[string]any{"country": int64(1)} }, "at /ship: an object fits none of the union's branches"},
 	}
