@@ -124,7 +124,7 @@ func (c *fileChecker) compileAvro(tc *typeCompiler, t *Type) {
 		c.d.errorf(n.pos, "invalid-type", "write the schema in JSON's values", "type %q is not a valid Avro schema: %v", t.Name, err)
 		return
 	}
-	s, err := avro.ParseBytesWithCache(raw, "", &avro.SchemaCache{})
+	s, err := parseAvro(raw, "", &avro.SchemaCache{})
 	if err != nil {
 		at := locateAvroError(n)
 		if at.File == "" {
@@ -141,6 +141,17 @@ func (c *fileChecker) compileAvro(tc *typeCompiler, t *Type) {
 	a.Schema, a.Canonical, a.Text = s, s.String(), string(full)
 	t.Schema = json.RawMessage(full)
 	a.node = nil
+}
+
+// parseAvro is hamba/avro's parser, a panic in it (on a schema no one
+// meant) an error: a bad file, not a crash of the validator.
+func parseAvro(raw []byte, namespace string, cache *avro.SchemaCache) (s avro.Schema, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			s, err = nil, fmt.Errorf("the schema could not be parsed (%v)", r)
+		}
+	}()
+	return avro.ParseBytesWithCache(raw, namespace, cache)
 }
 
 // avroRef resolves an .avsc $ref against the flow file's folder: its path
@@ -175,7 +186,7 @@ func locateAvroError(n *node) Pos {
 		if err != nil {
 			return false
 		}
-		_, err = avro.ParseBytesWithCache(raw, ns, cache)
+		_, err = parseAvro(raw, ns, cache)
 		return err == nil
 	}
 	var walk func(n *node, ns string) (Pos, bool)

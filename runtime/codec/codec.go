@@ -319,9 +319,9 @@ func (c *Codec) Decode(ctx context.Context, reader *spec.Type, body []byte) ([]b
 	if reader != nil {
 		typeName, shape = reader.Name, reader.Avro.Schema
 	}
-	var native any
-	if err := c.api.Unmarshal(rs, payload, &native); err != nil {
-		return nil, id, &DecodeError{ID: id, Type: typeName, Err: errors.New(strings.TrimPrefix(err.Error(), "avro: "))}
+	native, err := c.unmarshal(rs, payload)
+	if err != nil {
+		return nil, id, &DecodeError{ID: id, Type: typeName, Err: err}
 	}
 	v, err := spec.AvroToJSON(shape, native)
 	if err != nil {
@@ -365,4 +365,19 @@ func (c *Codec) Encode(ctx context.Context, t *spec.Type, jsonBody []byte) ([]by
 	}
 	out := make([]byte, 0, FrameSize+len(bin))
 	return AppendFrame(out, id, bin), id, nil
+}
+
+// unmarshal reads Avro binary by schema s into hamba/avro's generic
+// values; a panic in the decoder on a body no writer meant is an error
+// about that message, never a crash of the consumer.
+func (c *Codec) unmarshal(s avro.Schema, payload []byte) (native any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			native, err = nil, fmt.Errorf("the Avro binary could not be read (%v)", r)
+		}
+	}()
+	if err := c.api.Unmarshal(s, payload, &native); err != nil {
+		return nil, errors.New(strings.TrimPrefix(err.Error(), "avro: "))
+	}
+	return native, nil
 }
