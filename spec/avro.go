@@ -56,6 +56,10 @@ func (b *builder) avroType(flowName string, t *Type, v *node) {
 	an := v.get("avro")
 	t.Avro = &AvroSchema{Pos: v.keyPos("avro"), node: an}
 	t.Avro.Ref, _ = b.str(an, "$ref")
+	if an.get("$ref") != nil && len(an.keys) > 1 {
+		b.d.errorf(an.pos, "avro-ref-alone", "write the schema in the .avsc file, or inline without $ref",
+			"type %q has $ref and other keys under avro: the schema is the file's, and the other keys would be ignored", t.Name)
+	}
 	t.Subject = SubjectFor(flowName, t.Name)
 	t.SubjectPos = t.Pos
 	if s, at := b.str(v, "subject"); v.get("subject") != nil {

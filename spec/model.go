@@ -113,7 +113,8 @@ type Plugin struct {
 }
 
 // Type is a payload contract: a JSON Schema 2020-12 document, inline or from
-// a $ref file, compiled once at load time.
+// a $ref file, compiled once at load time; or, with Avro set, an Avro
+// schema (FLOW-FORMAT §6), parsed once at load time.
 type Type struct {
 	Pos
 	Name   string          `yaml:"-"`
