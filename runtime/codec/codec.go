@@ -52,12 +52,19 @@ type Codec struct {
 	api  avro.API
 
 	mu       sync.RWMutex
-	writers  map[int]avro.Schema        // id → the writer's schema
+	writers  map[int]writer             // id → the writer's schema
 	ids      map[typeKey]int            // a type's subject and schema → its id
 	resolved map[resolveKey]avro.Schema // writer id and reader schema → resolved
 }
 
 type typeKey struct{ subject, canonical string }
+
+// writer is a writer's schema and its canonical form, computed once
+// (hamba/avro builds it anew on every String call).
+type writer struct {
+	schema    avro.Schema
+	canonical string
+}
 
 type resolveKey struct {
 	id     int
@@ -73,7 +80,7 @@ func New(reg Registry, opts Options) *Codec {
 		reg:      reg,
 		opts:     opts,
 		api:      avro.Config{MaxByteSliceSize: opts.MaxBytes, MaxSliceAllocSize: opts.MaxBytes}.Freeze(),
-		writers:  map[int]avro.Schema{},
+		writers:  map[int]writer{},
 		ids:      map[typeKey]int{},
 		resolved: map[resolveKey]avro.Schema{},
 	}
@@ -169,7 +176,7 @@ func (c *Codec) typeID(ctx context.Context, t *spec.Type) (int, error) {
 	// The id names this very schema for ever: a message the runtime wrote
 	// decodes without asking the registry.
 	if _, ok := c.writers[v.ID]; !ok {
-		c.writers[v.ID] = t.Avro.Schema
+		c.writers[v.ID] = writer{t.Avro.Schema, t.Avro.Canonical}
 	}
 	c.mu.Unlock()
 	return v.ID, nil
@@ -241,39 +248,40 @@ func Fatal(err error) bool {
 }
 
 // writer returns the schema id names, from the cache or the registry.
-func (c *Codec) writer(ctx context.Context, id int) (avro.Schema, error) {
+func (c *Codec) writer(ctx context.Context, id int) (writer, error) {
 	c.mu.RLock()
-	s, ok := c.writers[id]
+	w, ok := c.writers[id]
 	c.mu.RUnlock()
 	if ok {
-		return s, nil
+		return w, nil
 	}
 	rs, found, err := c.reg.SchemaByID(ctx, id)
 	if err != nil {
-		return nil, fmt.Errorf("read schema id %d from the registry: %w", id, err)
+		return writer{}, fmt.Errorf("read schema id %d from the registry: %w", id, err)
 	}
 	if !found {
-		return nil, &UnknownSchemaError{ID: id}
+		return writer{}, &UnknownSchemaError{ID: id}
 	}
 	if rs.Type.OrAvro() != stores.SchemaAvro {
-		return nil, &DecodeError{ID: id, Err: fmt.Errorf("schema id %d is a %s schema, not Avro", id, rs.Type)}
+		return writer{}, &DecodeError{ID: id, Err: fmt.Errorf("schema id %d is a %s schema, not Avro", id, rs.Type)}
 	}
-	s, err = avro.ParseWithCache(rs.Text, "", &avro.SchemaCache{})
+	s, err := avro.ParseWithCache(rs.Text, "", &avro.SchemaCache{})
 	if err != nil {
-		return nil, &DecodeError{ID: id, Err: fmt.Errorf("the registry's schema does not parse: %w", err)}
+		return writer{}, &DecodeError{ID: id, Err: fmt.Errorf("the registry's schema does not parse: %w", err)}
 	}
+	w = writer{s, s.String()}
 	c.mu.Lock()
-	c.writers[id] = s
+	c.writers[id] = w
 	c.mu.Unlock()
-	return s, nil
+	return w, nil
 }
 
 // readSchema is the schema the writer's data is read with: the writer's
 // own when the reader is the same schema or any JSON, else the writer's
 // resolved to the reader's (Avro schema resolution), cached.
-func (c *Codec) readSchema(id int, writer avro.Schema, reader *spec.Type) (avro.Schema, error) {
-	if reader == nil || writer.String() == reader.Avro.Canonical {
-		return writer, nil
+func (c *Codec) readSchema(id int, w writer, reader *spec.Type) (avro.Schema, error) {
+	if reader == nil || w.canonical == reader.Avro.Canonical {
+		return w.schema, nil
 	}
 	k := resolveKey{id, reader.Avro.Canonical}
 	c.mu.RLock()
@@ -282,7 +290,7 @@ func (c *Codec) readSchema(id int, writer avro.Schema, reader *spec.Type) (avro.
 	if ok {
 		return s, nil
 	}
-	s, err := avro.NewSchemaCompatibility().Resolve(reader.Avro.Schema, writer)
+	s, err := avro.NewSchemaCompatibility().Resolve(reader.Avro.Schema, w.schema)
 	if err != nil {
 		return nil, &DecodeError{ID: id, Type: reader.Name, Err: fmt.Errorf("the writer's schema does not resolve to the reader's: %w", err)}
 	}
@@ -315,7 +323,7 @@ func (c *Codec) Decode(ctx context.Context, reader *spec.Type, body []byte) ([]b
 		return nil, id, err
 	}
 	typeName := ""
-	shape := w
+	shape := w.schema
 	if reader != nil {
 		typeName, shape = reader.Name, reader.Avro.Schema
 	}
