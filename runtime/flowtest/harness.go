@@ -264,9 +264,9 @@ func (s *sim) inner(ctx context.Context, c *plan.Consumer, in decide.Inbound, ra
 		return s.sagaStep(ctx, c, in, ran)
 	}
 	res, err := s.handle(ctx, c, in, false, nil)
-	if err == nil && !res.Stop {
-		*ran = stepName(c, in.Env)
-	} else if err == nil {
+	if err == nil {
+		// On the route once the decision acknowledges it (a result that
+		// fails its output type is dead-lettered instead).
 		*ran = stepName(c, in.Env)
 	}
 	return decide.Decide(c, s.routes[c.Pipeline], in, res, err, s.now, 0)
