@@ -33,8 +33,9 @@ type Options struct {
 
 // Load reads flow files from fsys: each path is a file or a folder, and in a
 // folder every *.yaml/*.yml below it is read (a file whose top-level version
-// does not start with "acemq.flow/" is skipped with a notice; a file named
-// explicitly is always validated). It returns every problem of every file
+// does not start with "acemq.flow/" is skipped with a notice, a flow test
+// `*.flowtest.yaml` without one; a file named explicitly is always
+// validated). It returns every problem of every file
 // at once: the error is Diagnostics, sorted, when any is an error. Warnings
 // alone do not fail; they are in Set.Warnings.
 func Load(fsys fs.FS, paths ...string) (*Set, error) {
@@ -154,6 +155,9 @@ func expand(fsys fs.FS, paths []string, display func(string) string, d *diags) (
 				}
 				return nil
 			}
+			if isFlowTest(fp) {
+				return nil // a flow test beside the flows (FLOW-FORMAT §7): skipped without a notice
+			}
 			if ext := path.Ext(fp); ext == ".yaml" || ext == ".yml" {
 				found = append(found, fp)
 			}
@@ -171,6 +175,13 @@ func expand(fsys fs.FS, paths []string, display func(string) string, d *diags) (
 		}
 	}
 	return files, explicit
+}
+
+// isFlowTest reports whether a file found in a folder is a flow test
+// (`*.flowtest.yaml`, `*.flowtest.yml`), which `acemq-flow test` reads and
+// a folder of flows leaves out.
+func isFlowTest(file string) bool {
+	return strings.HasSuffix(file, ".flowtest.yaml") || strings.HasSuffix(file, ".flowtest.yml")
 }
 
 // loadFile reads, parses, schema-checks, builds and checks one file. A file

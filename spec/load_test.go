@@ -254,6 +254,7 @@ func TestFolderSkipsFilesOfOtherFormatsButNotNamedOnes(t *testing.T) {
 	fsys := fstest.MapFS{
 		"flows/a.yaml":             {Data: []byte("version: acemq.flow/v1\nname: a\n")},
 		"flows/ci.yml":             {Data: []byte("on: push\njobs: {}\n")},
+		"flows/a.flowtest.yaml":    {Data: []byte("version: acemq.flowtest/v1\ncases: []\n")},
 		"flows/nested/b.yml":       {Data: []byte("version: acemq.flow/v1\nname: b\n")},
 		"flows/.hidden/c.yaml":     {Data: []byte("version: acemq.flow/v1\nname: c\n")},
 		"flows/schemas/order.json": {Data: []byte("{}")},
