@@ -64,6 +64,10 @@ var rules = []rule{
 		why: "the admin API serves the engine and the plan"},
 	{pkg: "runtime/flowtest", forbidden: []string{mod + "runtime$", mod + "runtime/admin", mod + "runtime/ops", mod + "runtime/relay", mod + "stores/postgres", mod + "stores/sqlite", mod + "stores/memory", mod + "stores/fileblobs", mod + "cmd"},
 		why: "the flow-test harness runs decide's decisions on a simulated broker and clock: plan, decide, spec and plugins/host, and the scheduler's pure Ticker and TickMessage, never the engine or a store backend"},
+	{pkg: "runtime/codec", forbidden: []string{mod + "runtime", mod + "plugins", mod + "cmd", "github.com/rabbitmq/amqp091-go"},
+		why: "the codec turns bodies into JSON and back by the registry's schemas: spec and the registry's interface, never the engine, the broker or plugins"},
+	{pkg: "runtime/flowdiff", forbidden: []string{mod + "runtime", mod + "plugins", mod + "cmd", mod + "stores/postgres", mod + "stores/sqlite", mod + "stores/memory", "github.com/rabbitmq/amqp091-go"}, allowed: []string{mod + "runtime/plan"},
+		why: "the change check compares compiled flows (spec, plan, the registry's compatibility rules); the queue depths it reads come from cmd"},
 	{pkg: "runtime/wire", forbidden: []string{mod + "runtime$", mod + "plugins", mod + "stores"},
 		why: "wire maps decide's messages to the broker's and back, nothing more"},
 }
