@@ -89,7 +89,8 @@ func TestClaimCheckAroundTheHandler(t *testing.T) {
 		}
 		return decide.Result{Payload: result}, nil
 	}
-	runtimetest.Start(t, url, claimCheckFlow, runtime.Options{Blobs: blobs, Handlers: map[string]runtime.HandlerFunc{"k.work": work}})
+	rt, _ := runtimetest.Start(t, url, claimCheckFlow, runtime.Options{Blobs: blobs, Delays: true, LadderUnit: 10 * time.Millisecond,
+		Handlers: map[string]runtime.HandlerFunc{"k.work": work}})
 	ch := testenv.ConfirmedChannel(t, url)
 	if _, err := ch.QueueDeclare("cc.replies", false, true, false, false, nil); err != nil {
 		t.Fatal(err)
@@ -149,5 +150,23 @@ func TestClaimCheckAroundTheHandler(t *testing.T) {
 	}
 	if n := blobs.count(); n != 1 {
 		t.Errorf("the runtime put %d blobs, want still 1: a dead letter carries the reference it arrived with", n)
+	}
+
+	// The Go API claim-checks as send does: the handler gets the whole
+	// body from the reference PublishIn sent.
+	if err := rt.PublishIn(t.Context(), decide.Message{RoutingKey: "cc.work", MessageID: "later", ReplyTo: "cc.replies",
+		ContentType: "application/json", Body: input}, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-replies:
+		if m.Headers["x-acemq-outcome"] != "completed" {
+			t.Fatalf("the reply to PublishIn's message is %v (%v), want completed: its handler got the body", m.Headers["x-acemq-outcome"], m.Headers["x-acemq-error"])
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no reply to the message PublishIn sent")
+	}
+	if n := blobs.count(); n != 3 {
+		t.Errorf("the runtime put %d blobs, want 3: PublishIn's body and its result besides the first result", n)
 	}
 }

@@ -388,3 +388,20 @@ func TestRunServesTheSchemaRegistry(t *testing.T) {
 		t.Fatalf("GET /subjects: %d %s, want 200 and an empty list", resp.StatusCode, body)
 	}
 }
+
+// TestSendAboveTheThresholdNeedsTheBlobStore: send refuses a payload above
+// the input type's threshold when it is not given the blob store, before
+// anything is sent.
+func TestSendAboveTheThresholdNeedsTheBlobStore(t *testing.T) {
+	url := testenv.VHost(t)
+	data := filepath.Join(t.TempDir(), "payload.json")
+	if err := os.WriteFile(data, bigPayload(100<<10), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(binary, "send", writeFlow(t, claimCheckFlow), "--amqp", url, "--pipeline", "big", "--data", "@"+data)
+	cmd.Dir, cmd.Env = repo, append(os.Environ(), "ACEMQ_BLOBS_URL=")
+	out, err := cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(string(out), "give --blobs") || strings.Contains(string(out), "sent message") {
+		t.Fatalf("send of 100 KiB without --blobs: %v\n%s\nwant exit 1 saying to give --blobs, nothing sent", err, out)
+	}
+}
