@@ -19,7 +19,7 @@ func TestChaosS0Baseline(t *testing.T) {
 	r := newRig(t, true)
 	p := r.start(t)
 	before := harness.Snapshot(p)
-	n := size(1000, 5000)
+	n := size(500, 5000)
 	start := time.Now()
 	if err := r.gen.Publish(0, plain("s0", n)...); err != nil {
 		t.Fatal(err)
@@ -49,6 +49,16 @@ func TestChaosS0Baseline(t *testing.T) {
 // rmaxMeasured is S0's figure, when S0 ran first; the others load at half
 // of it (research/reliability.md §7.2), 200/s when unknown.
 var rmaxMeasured float64
+
+// load is how many messages a scenario sends: with -short, as many as
+// the rate sends in seconds (at least 100), so that a loaded machine
+// shortens the load rather than stretching the scenario; full otherwise.
+func load(seconds, full int) int {
+	if !testing.Short() {
+		return full
+	}
+	return max(100, rate()*seconds)
+}
 
 func rate() int {
 	if rmaxMeasured <= 0 {

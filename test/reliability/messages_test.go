@@ -45,7 +45,7 @@ func TestChaosS9TopologyErrors(t *testing.T) {
 	r := newRig(t, true)
 	p := r.start(t)
 	vh := url.PathEscape(r.s.VHost)
-	wait := publishInBackground(t, r, plain("s9", size(600, 3000)))
+	wait := publishInBackground(t, r, plain("s9", load(3, 3000)))
 	r.replies.WaitCount(50, time.Minute)
 	management(t, r.s.AMQP, http.MethodDelete, "/api/bindings/"+vh+"/e/work/q/work.b/b", "")
 	time.Sleep(time.Second) // the outage's length
@@ -106,7 +106,7 @@ func TestChaosS17Poison(t *testing.T) {
 	r := newRig(t, true)
 	r.start(t)
 	poison := harness.Messages("s17-poison-"+harness.Random(3), "work", "a", `{"fail":true}`, 5)
-	msgs := append(plain("s17", size(200, 1000)), poison...)
+	msgs := append(plain("s17", load(2, 1000)), poison...)
 	if err := r.gen.Publish(rate(), msgs...); err != nil {
 		t.Fatal(err)
 	}

@@ -57,7 +57,7 @@ func TestChaosS1Kill9UnderLoad(t *testing.T) {
 	r := newRig(t, true)
 	rnd := rng(t)
 	p := r.start(t)
-	wait := publishInBackground(t, r, plain("s1", size(1500, 6000)))
+	wait := publishInBackground(t, r, plain("s1", load(10, 6000)))
 	var resume time.Duration
 	var orphans []int
 	kills := 0
@@ -79,7 +79,7 @@ func TestChaosS1Kill9UnderLoad(t *testing.T) {
 		seen := r.replies.Len()
 		restarted := time.Now()
 		p = r.start(t)
-		if r.replies.WaitCount(seen+1, 30*time.Second) && r.replies.Len() > seen {
+		if seen < r.gen.Sent.Len() && r.replies.WaitCount(seen+1, 30*time.Second) {
 			if d := time.Since(restarted); d > resume {
 				resume = d
 			}
@@ -111,7 +111,7 @@ func orphanNote(pids []int) string {
 func TestChaosS3SigtermDrain(t *testing.T) {
 	r := newRig(t, true)
 	p := r.start(t)
-	n := size(1200, 5000)
+	n := load(8, 5000)
 	wait := publishInBackground(t, r, plain("s3", n))
 	r.replies.WaitCount(n/3, time.Minute)
 	plugins := harness.Children(p.PID())
@@ -174,7 +174,7 @@ func closeRuntimeConnections(t *testing.T, vhost string) int {
 func TestChaosS4ConnectionsClosed(t *testing.T) {
 	r := newRig(t, true)
 	p := r.start(t)
-	wait := publishInBackground(t, r, plain("s4", size(1000, 6000)))
+	wait := publishInBackground(t, r, plain("s4", load(8, 6000)))
 	r.replies.WaitCount(50, time.Minute)
 	before := harness.Snapshot(p)
 	var worst time.Duration
@@ -239,8 +239,7 @@ func consumersOn(t *testing.T, vhost, queue string) int {
 func TestChaosS14PluginKilled(t *testing.T) {
 	r := newRig(t, true)
 	p := r.start(t)
-	n := size(1200, 5000)
-	wait := publishInBackground(t, r, plain("s14", n))
+	wait := publishInBackground(t, r, plain("s14", load(10, 5000)))
 	r.replies.WaitCount(50, time.Minute)
 	kills := 0
 	var worst time.Duration

@@ -64,7 +64,7 @@ func TestChaosS23CanaryCredentials(t *testing.T) {
 	p := harness.StartRuntime(t, binary, mq.String(), "--store", store, "--create-schema", "--claim-timeout", "5s",
 		"--admin-token", token, "--log-level", "debug", r.flow)
 	p.Token = token
-	wait := publishInBackground(t, r, plain("s23", size(400, 2000)))
+	wait := publishInBackground(t, r, plain("s23", load(3, 2000)))
 	r.replies.WaitCount(20, time.Minute)
 	faults := []string{}
 	if closeRuntimeConnections(t, r.s.VHost) > 0 {
