@@ -371,13 +371,20 @@ func TestClaimCheckBlobStoreDownIsRetried(t *testing.T) {
 }
 
 // TestRunServesTheSchemaRegistry: `run --schema-registry` serves the
-// Confluent REST subset from --store on the admin listener.
+// Confluent REST subset from --store on the admin listener. It also warns,
+// at start, where a flow's ladder outlasts --blob-retention, and purges the
+// blob store.
 func TestRunServesTheSchemaRegistry(t *testing.T) {
 	url := testenv.VHost(t)
 	addr := testenv.FreeAddr(t)
 	store := "sqlite:" + filepath.Join(t.TempDir(), "flow.db")
-	startRuntime(t, url, "--admin", addr, "--store", store, "--create-schema", "--schema-registry",
-		"--blobs", "memory:", writeFlow(t, claimCheckFlow))
+	rt := startRuntime(t, url, "--admin", addr, "--store", store, "--create-schema", "--schema-registry",
+		"--blobs", "memory:", "--blob-retention", "2s", writeFlow(t, claimCheckFlow))
+	for _, want := range []string{`msg="a message may outlive its claim-checked payload"`, `msg="blob store purged"`} {
+		if !rt.waitLog(t, want, 30*time.Second) {
+			t.Errorf("the runtime's log lacks %s:\n%s", want, rt.output())
+		}
+	}
 	resp, err := http.Get("http://" + addr + "/subjects")
 	if err != nil {
 		t.Fatal(err)
