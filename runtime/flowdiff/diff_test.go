@@ -469,3 +469,23 @@ func TestCompareExamplesWithThemselves(t *testing.T) {
 		t.Errorf("Compare(examples, nothing) = %v, want removals that break", kinds(got))
 	}
 }
+
+func TestCompareAvroTypes(t *testing.T) {
+	flow := edit(t, base, "  Order:\n    type: object\n    required: [id]\n    properties: {id: {type: string}, total: {type: number}}\n",
+		"  Order: {avro: {$ref: schemas/order.avsc}}\n")
+	schema := `{"type": "record", "name": "Order", "fields": [{"name": "id", "type": "string"}%s]}`
+	old := load(t, map[string]string{"f.yaml": flow, "schemas/order.avsc": fmt.Sprintf(schema, "")})
+	documented := load(t, map[string]string{"f.yaml": flow, "schemas/order.avsc": fmt.Sprintf(schema, `, {"name": "note", "type": "string", "default": "", "doc": "for people"}`)})
+	if got := Compare(old, documented); slices.Contains(kinds(got), "type-narrowed") {
+		t.Errorf("Compare with a field added with a default: %s, want no narrowing", dump(got))
+	}
+	narrower := load(t, map[string]string{"f.yaml": flow, "schemas/order.avsc": fmt.Sprintf(schema, `, {"name": "total", "type": "double"}`)})
+	got := Compare(old, narrower)
+	if k := kinds(got); !slices.Equal(k, []string{"type-narrowed"}) || !strings.Contains(got[0].Msg, "total") {
+		t.Fatalf("Compare with a field added without a default: %v, want type-narrowed naming total:\n%s", k, dump(got))
+	}
+	json := load(t, map[string]string{"f.yaml": base})
+	if k := kinds(Compare(json, old)); !slices.Equal(k, []string{"type-narrowed"}) {
+		t.Errorf("Compare from a JSON Schema type to an Avro one: %v, want type-narrowed", k)
+	}
+}

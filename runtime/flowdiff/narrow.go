@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/acemq/acemq-flow/spec"
 	"github.com/acemq/acemq-flow/stores"
 	"github.com/acemq/acemq-flow/stores/schemacompat"
 )
@@ -49,4 +50,32 @@ func parseSchema(doc any) (*schemacompat.Parsed, error) {
 		return nil, err
 	}
 	return schemacompat.Parse(stores.SchemaJSON, string(text))
+}
+
+// avroNarrowing reports the first reason a reader of type reader (the new)
+// cannot read what a writer of type writer (the old) wrote, when either is
+// an Avro type: both Avro, by Avro schema resolution (the registry's
+// BACKWARD rule); one of each, always, since a message in flight was
+// written in the other codec and there is no rule between the two.
+func avroNarrowing(reader, writer *spec.Type) *problem {
+	switch {
+	case reader.IsAvro() && writer.IsAvro():
+		r, err := schemacompat.Parse(stores.SchemaAvro, reader.Avro.Text)
+		if err != nil {
+			return &problem{"$", fmt.Sprintf("the new type cannot be checked against the old one (%v)", err)}
+		}
+		w, err := schemacompat.Parse(stores.SchemaAvro, writer.Avro.Text)
+		if err != nil {
+			return &problem{"$", fmt.Sprintf("the old type cannot be checked against the new one (%v)", err)}
+		}
+		if p := schemacompat.Compare(r, w); p != nil {
+			reason, _, _ := strings.Cut(p.Reason, "; this registry's")
+			return &problem{p.Path, reason}
+		}
+		return nil
+	case reader.IsAvro():
+		return &problem{"$", "the type changed from JSON Schema to Avro, and messages in flight were written as JSON by the old type"}
+	default:
+		return &problem{"$", "the type changed from Avro to JSON Schema, and messages in flight were written in Avro by the old type"}
+	}
 }

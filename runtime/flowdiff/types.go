@@ -28,11 +28,20 @@ func (d *differ) types() {
 		if nc == nil || oc.Input == "" && nc.Input == "" {
 			continue
 		}
-		od, nd := d.typeDoc(d.old, oc.File, oc.Input), d.typeDoc(d.new, nc.File, nc.Input)
-		if reflect.DeepEqual(bare(od), bare(nd)) {
-			continue // the same, or annotations alone changed
+		var p *problem
+		ot, nt := typeOf(oc.File, oc.Input), typeOf(nc.File, nc.Input)
+		if ot.IsAvro() || nt.IsAvro() {
+			if ot.IsAvro() && nt.IsAvro() && ot.Avro.Canonical == nt.Avro.Canonical {
+				continue // the same schema, or docs and defaults alone changed
+			}
+			p = avroNarrowing(nt, ot)
+		} else {
+			od, nd := d.typeDoc(d.old, oc.File, oc.Input), d.typeDoc(d.new, nc.File, nc.Input)
+			if reflect.DeepEqual(bare(od), bare(nd)) {
+				continue // the same, or annotations alone changed
+			}
+			p = narrowing(nd, od)
 		}
-		p := narrowing(nd, od)
 		key := fmt.Sprintf("%t|%s|%s|%s|%s", p != nil, fileOf(nc.File), nc.Input, fileOf(oc.File), oc.Input)
 		g := groups[key]
 		if g == nil {
