@@ -285,7 +285,7 @@ func sagaFromStore(rec stores.SagaInstance) decide.SagaInstance {
 func (g *group) newSagaCall() *sagaCall {
 	r := g.r
 	s := r.plan.Saga(g.c.Saga)
-	sc := &sagaCall{saga: s, c: g.c, store: r.opts.Sagas, now: time.Now, call: g.timedCall, log: g.log}
+	sc := &sagaCall{saga: s, c: g.c, store: batchSagas(r.opts.Sagas), now: time.Now, call: g.timedCall, log: g.log}
 	if s.Timeout > 0 && r.ladder != nil {
 		sc.publishTimeout = func(ctx context.Context, m decide.Message, due time.Time) error {
 			now := time.Now()

@@ -60,8 +60,9 @@ func sagaInstances() int {
 }
 
 // sagaStoreURL is the store of the saga-step runs: ACEMQ_BENCH_SAGA_STORE
-// when set (memory:, or a postgres:// URL with pool settings, to compare),
-// else a PostgreSQL schema of the bench's own.
+// when set (memory:, or a postgres:// URL of your own, to compare), else a
+// PostgreSQL schema of the bench's own, its URL's query extended with
+// ACEMQ_BENCH_SAGA_STORE_PARAMS (pool_max_conns=4, to compare pool sizes).
 func sagaStoreURL(b *testing.B) string {
 	if u := os.Getenv("ACEMQ_BENCH_SAGA_STORE"); u != "" {
 		return u
@@ -69,7 +70,11 @@ func sagaStoreURL(b *testing.B) string {
 	if os.Getenv(testenv.PostgresEnv) == "" {
 		b.Skip("saga-step runs on PostgreSQL: set " + testenv.PostgresEnv + " (make services)")
 	}
-	return testenv.PostgresSchema(b)
+	u := testenv.PostgresSchema(b)
+	if p := os.Getenv("ACEMQ_BENCH_SAGA_STORE_PARAMS"); p != "" {
+		u += "&" + p
+	}
+	return u
 }
 
 // sagaRun starts n instances of a two-step saga and measures the steps
