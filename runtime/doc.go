@@ -39,7 +39,8 @@
 //     client puts in the ladder is delivered).
 //
 // A consumer group carries each delivery through its step, a chain of
-// small wrappers around the handler call (step.go: the payload checks, the
+// small wrappers around the handler call (step.go: the claim check, which
+// fetches a referenced body and stores a large result, the payload checks, the
 // check that the exchanges a decision publishes to exist, the delay ladder
 // for a step with a delay, the claim gate, the call, or for a saga's
 // consumer the saga wrapper around it, step_saga.go), then carries the
