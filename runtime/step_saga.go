@@ -114,7 +114,7 @@ func (sc *sagaCall) step(ctx context.Context, d *delivery) decide.Decision {
 		}
 		var inst *decide.SagaInstance
 		if ok {
-			i := sagaFromStore(rec)
+			i := SagaFromStore(rec)
 			inst = &i
 		}
 		if t := decide.SagaAccept(sc.saga, sc.c, inst, in, now); t != nil {
@@ -205,7 +205,7 @@ func (sc *sagaCall) timedOut(ctx context.Context, in decide.Inbound) decide.Deci
 		}
 		var inst *decide.SagaInstance
 		if ok {
-			i := sagaFromStore(rec)
+			i := SagaFromStore(rec)
 			inst = &i
 		}
 		t := decide.SagaTimeoutArrived(sc.saga, sc.c, inst, in, now)
@@ -268,8 +268,10 @@ func sagaToStore(inst decide.SagaInstance) stores.SagaInstance {
 	return out
 }
 
-// sagaFromStore is the stored instance as decide sees it.
-func sagaFromStore(rec stores.SagaInstance) decide.SagaInstance {
+// SagaFromStore is the stored instance rec as decide sees it (its version
+// left out: the saga wrapper keeps the one it read), for the transitions and
+// for decide.SummaryOf.
+func SagaFromStore(rec stores.SagaInstance) decide.SagaInstance {
 	out := decide.SagaInstance{Saga: rec.Saga, ID: rec.ID, State: string(rec.State), Step: rec.Step,
 		Input: rec.Input, ReplyTo: rec.ReplyTo, CorrelationID: rec.CorrelationID, StartedAt: rec.StartedAt, EndedAt: rec.EndedAt}
 	for _, st := range rec.Steps {

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/acemq/acemq-flow/runtime"
 	"github.com/acemq/acemq-flow/runtime/decide"
 	"github.com/acemq/acemq-flow/runtime/ops"
 	"github.com/acemq/acemq-flow/stores"
@@ -248,18 +249,7 @@ func writeJSON(w io.Writer, v any) error {
 // summaryOf is the instance's summary as decide writes it (the saga reply's
 // body), so that `sagas show` and the reply never disagree.
 func summaryOf(inst stores.SagaInstance) decide.SagaSummary {
-	return decide.SummaryOf(decideInstance(inst))
-}
-
-// decideInstance is the stored instance as decide sees it.
-func decideInstance(rec stores.SagaInstance) decide.SagaInstance {
-	out := decide.SagaInstance{Saga: rec.Saga, ID: rec.ID, State: string(rec.State), Step: rec.Step,
-		Input: rec.Input, ReplyTo: rec.ReplyTo, CorrelationID: rec.CorrelationID, StartedAt: rec.StartedAt, EndedAt: rec.EndedAt}
-	for _, st := range rec.Steps {
-		out.Steps = append(out.Steps, decide.SagaStepRecord{Name: st.Name, State: string(st.State), Attempts: st.Attempts,
-			Output: st.Output, CompletedAt: st.CompletedAt, CompensatedAt: st.CompensatedAt, Error: st.Error})
-	}
-	return out
+	return decide.SummaryOf(runtime.SagaFromStore(inst))
 }
 
 // sagaAt is the step an instance that has not ended is at: running, the
