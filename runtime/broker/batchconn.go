@@ -3,6 +3,7 @@ package broker
 import (
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -25,9 +26,12 @@ const batchConnLimit = 256 << 10
 // returned by the next Write. A write the peer does not take within
 // batchConnStall fails too. Close first writes what is waiting (the
 // broker's close-ok, a TLS close alert), for at most batchConnLinger. Reads
-// and deadlines go to the socket as they are.
+// and deadlines go to the socket as they are; each read that returns bytes
+// stamps the time, which proves the connection alive (Health).
 type batchConn struct {
 	net.Conn
+
+	read atomic.Int64 // mono() of the last read that returned bytes
 
 	mu      sync.Mutex
 	pending []byte
@@ -53,9 +57,23 @@ var batchConnStall = 30 * time.Second
 func newBatchConn(c net.Conn) *batchConn {
 	b := &batchConn{Conn: c, done: make(chan struct{})}
 	b.wake.L, b.room.L = &b.mu, &b.mu
+	b.read.Store(int64(mono()))
 	go b.loop()
 	return b
 }
+
+// Read reads from the socket and stamps the time when bytes came.
+func (b *batchConn) Read(p []byte) (int, error) {
+	n, err := b.Conn.Read(p)
+	if n > 0 {
+		b.read.Store(int64(mono()))
+	}
+	return n, err
+}
+
+// lastRead returns mono() of the last read that returned bytes, or of the
+// connection's creation.
+func (b *batchConn) lastRead() time.Duration { return time.Duration(b.read.Load()) }
 
 // Write queues p for the writer. It blocks only while batchConnLimit bytes
 // wait already.

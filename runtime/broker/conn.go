@@ -128,8 +128,14 @@ type Conn struct {
 	state      atomic.Int32
 	reconnects atomic.Int64
 
-	blockMu   sync.Mutex                    // serializes setBlocked
-	unblocked atomic.Pointer[chan struct{}] // closed while the broker is not blocking publishes; read per publish, without a lock
+	blockMu     sync.Mutex                    // serializes setBlocked; guards blockedAt and blockReason
+	unblocked   atomic.Pointer[chan struct{}] // closed while the broker is not blocking publishes; read per publish, without a lock
+	blockedAt   time.Duration                 // mono() when the broker blocked the connection; 0 while not blocked
+	blockReason string                        // the broker's reason, "low on memory"
+
+	heartbeat atomic.Int64 // the heartbeat negotiated with the broker, a time.Duration
+	lastTick  atomic.Int64 // mono() of the liveness watcher's last tick (health.go)
+	resumed   atomic.Int64 // mono() when the watcher last found the process resumed from a stall
 
 	closing   chan struct{}
 	done      chan struct{}
@@ -192,7 +198,9 @@ func Open(ctx context.Context, rawURL string, opts ConnOptions) (*Conn, error) {
 	}
 	c.setConnected(ac)
 	c.log.Info("connection opened", "url", c.redacted)
+	c.lastTick.Store(int64(mono()))
 	go c.supervise(ac)
+	go c.watchLiveness()
 	return c, nil
 }
 
@@ -219,7 +227,7 @@ func (c *Conn) State() State { return State(c.state.Load()) }
 func (c *Conn) Reconnects() int64 { return c.reconnects.Load() }
 
 // Blocked reports whether the broker is blocking publishes on this connection
-// (a memory or disk alarm, connection.blocked).
+// (a memory or disk alarm, connection.blocked). Health says since when.
 func (c *Conn) Blocked() bool {
 	select {
 	case <-*c.unblocked.Load():
@@ -334,7 +342,11 @@ func (c *Conn) waitUnblocked(ctx context.Context) error {
 	}
 }
 
-func (c *Conn) setBlocked(b bool) {
+// setBlocked records connection.blocked (b, with the broker's reason) or
+// connection.unblocked, and reports whether that changed anything: the
+// broker may repeat either. It returns how long the connection was blocked
+// when it is unblocked.
+func (c *Conn) setBlocked(b bool, reason string) (changed bool, lasted time.Duration) {
 	c.blockMu.Lock()
 	defer c.blockMu.Unlock()
 	cur := *c.unblocked.Load()
@@ -343,12 +355,18 @@ func (c *Conn) setBlocked(b bool) {
 		if b {
 			next := make(chan struct{})
 			c.unblocked.Store(&next)
+			c.blockedAt, c.blockReason = max(mono(), 1), reason
+			return true, 0
 		}
 	default:
 		if !b {
 			close(cur)
+			lasted = mono() - c.blockedAt
+			c.blockedAt, c.blockReason = 0, ""
+			return true, lasted
 		}
 	}
+	return false, 0
 }
 
 func (c *Conn) setConnected(ac *amqp.Connection) {
@@ -370,7 +388,9 @@ func (c *Conn) setLost() {
 	}
 	c.mu.Unlock()
 	c.state.Store(int32(StateReconnecting))
-	c.setBlocked(false)
+	if changed, lasted := c.setBlocked(false, ""); changed {
+		c.log.Info("connection no longer blocked: it was lost, and its successor starts unblocked", "duration", lasted.Round(time.Millisecond))
+	}
 }
 
 // closeAMQP closes ac, waiting up to OpTimeout for the broker's close-ok,
@@ -416,11 +436,13 @@ func (c *Conn) supervise(ac *amqp.Connection) {
 					blocks = nil
 					continue
 				}
-				c.setBlocked(b.Active)
-				if b.Active {
-					c.log.Warn("connection blocked by the broker", "error", b.Reason)
-				} else {
-					c.log.Info("connection unblocked by the broker")
+				changed, lasted := c.setBlocked(b.Active, b.Reason)
+				switch {
+				case !changed:
+				case b.Active:
+					c.log.Warn("connection blocked by the broker: a resource alarm holds its publishes, and the connection is not ready until it clears", "alarm", b.Reason)
+				default:
+					c.log.Info("connection unblocked by the broker", "duration", lasted.Round(time.Millisecond))
 				}
 			case e, ok := <-closes:
 				if ok && e != nil {
@@ -560,6 +582,7 @@ func (c *Conn) dial(ctx context.Context) (*amqp.Connection, error) {
 	c.mu.Lock()
 	c.sock = sock
 	c.mu.Unlock()
+	c.heartbeat.Store(int64(ac.Config.Heartbeat))
 	return ac, nil
 }
 

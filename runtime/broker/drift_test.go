@@ -216,8 +216,8 @@ func TestBlockedConnectionHoldsPublishesUntilUnblocked(t *testing.T) {
 	if c.Blocked() || c.waitUnblocked(t.Context()) != nil {
 		t.Fatal("a new connection is blocked")
 	}
-	c.setBlocked(true)
-	c.setBlocked(true) // repeated: still one blocked period
+	c.setBlocked(true, "low on memory")
+	c.setBlocked(true, "low on memory") // repeated: still one blocked period
 	if !c.Blocked() {
 		t.Fatal("Blocked() = false after connection.blocked")
 	}
@@ -228,7 +228,7 @@ func TestBlockedConnectionHoldsPublishesUntilUnblocked(t *testing.T) {
 	}
 	waited := make(chan error, 1)
 	go func() { waited <- c.waitUnblocked(t.Context()) }()
-	c.setBlocked(false)
+	c.setBlocked(false, "")
 	if err := <-waited; err != nil || c.Blocked() {
 		t.Fatalf("after connection.unblocked: waitUnblocked = %v, Blocked() = %v", err, c.Blocked())
 	}
