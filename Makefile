@@ -48,7 +48,7 @@ fuzz:
 # The main job: the example flows with their example plugins against the
 # local RabbitMQ, until Ctrl-C (which drains). Send an order from another
 # terminal: see README.md.
-RUN_FLOWS ?= examples/flows/fulfilment.yaml examples/flows/approval.yaml
+RUN_FLOWS ?= examples/flows/fulfilment.yaml examples/flows/approval.yaml examples/flows/place-order.yaml
 RUN_STORE ?= sqlite:acemq.db
 run: build
 	@scripts/services.sh rabbitmq
