@@ -145,12 +145,20 @@ ACEMQ_BLOBS_URL (--blobs), ACEMQ_MANAGEMENT_URL (--management).`,
 				log.Info("store opened", "store", redactStore(storeURL))
 			}
 			blobs, err := openBlobs(cmd.Context(), blobsURL, createSchema)
-			if err != nil {
+			switch {
+			case err == nil:
+				defer blobs.Close()
+				opts.Blobs = blobs
+				log.Info("blob store opened", "blobs", redactStore(blobsURL), "retention", blobRetention)
+			case cmd.Flags().Changed("blobs") || os.Getenv("ACEMQ_BLOBS_URL") != "":
 				return failed("%v", err)
+			default:
+				// The default directory cannot be made (a read-only working
+				// directory, as in a locked-down container): the runtime
+				// runs without the claim check rather than not at all.
+				log.Warn("claim check off: the default blob store cannot be opened; results travel inline and a claim-checked message is dead-lettered; give --blobs",
+					"blobs", blobsURL, "error", err)
 			}
-			defer blobs.Close()
-			opts.Blobs = blobs
-			log.Info("blob store opened", "blobs", redactStore(blobsURL), "retention", blobRetention)
 			rt, err := runtime.New(pl, opts)
 			if err != nil {
 				return failed("%v", err)
@@ -188,7 +196,9 @@ ACEMQ_BLOBS_URL (--blobs), ACEMQ_MANAGEMENT_URL (--management).`,
 				// records: without purges both tables grow for ever.
 				wg.Go(func() { runtime.RunPurges(ctx, set, purgeEvery, log) })
 			}
-			wg.Go(func() { runBlobPurges(ctx, blobs, blobRetention, purgeEvery, log) })
+			if opts.Blobs != nil {
+				wg.Go(func() { runBlobPurges(ctx, blobs, blobRetention, purgeEvery, log) })
+			}
 			if withRelay {
 				// The outbox relay runs beside the consumers, on its own
 				// connection, until the same signal (or the runtime's end)

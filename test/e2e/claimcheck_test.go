@@ -412,3 +412,41 @@ func TestSendAboveTheThresholdNeedsTheBlobStore(t *testing.T) {
 		t.Fatalf("send of 100 KiB without --blobs: %v\n%s\nwant exit 1 saying to give --blobs, nothing sent", err, out)
 	}
 }
+
+// TestRunWithoutItsDefaultBlobStore: where the default file:blobs cannot
+// be made (here a file is in its way, as a read-only working directory
+// would be), run starts without the claim check and says so; a --blobs it
+// was given that cannot be opened stops it.
+func TestRunWithoutItsDefaultBlobStore(t *testing.T) {
+	url := testenv.VHost(t)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "blobs"), []byte("in the way"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	flow := writeFlow(t, claimCheckFlow)
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, "run", "--amqp", url, "--admin", "", flow)
+	cmd.Dir, cmd.Env = dir, append(os.Environ(), "ACEMQ_BLOBS_URL=")
+	var log testenv.Buffer
+	cmd.Stderr = &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	testenv.Eventually(t, 50*time.Second, func() error {
+		if !strings.Contains(log.String(), `msg="runtime started"`) {
+			return testenv.Errorf("the runtime has not started; its log:\n%s", log.String())
+		}
+		return nil
+	})
+	if !strings.Contains(log.String(), `msg="claim check off: the default blob store cannot be opened`) {
+		t.Fatalf("the runtime started without saying the claim check is off:\n%s", log.String())
+	}
+
+	given := exec.CommandContext(ctx, binary, "run", "--amqp", url, "--admin", "", "--blobs", "file:"+filepath.Join(dir, "blobs"), flow)
+	out, err := given.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(string(out), "blob store") {
+		t.Fatalf("run with a --blobs that cannot be opened: %v\n%s\nwant exit 1 naming the blob store", err, out)
+	}
+}
