@@ -191,10 +191,38 @@ func New(pl *plan.Plan, opts Options) (*Runtime, error) {
 func Supported(*plan.Plan) error { return nil }
 
 // Ready reports whether the topology is applied, the consumers run and both
-// connections are up.
+// connections are up, not blocked by the broker (a resource alarm) and
+// proven alive since the process last ran (broker.Health): after a freeze
+// longer than the heartbeat the runtime is not ready until the broker has
+// been heard from again, or the connections were redialled.
 func (r *Runtime) Ready() bool {
-	return r.ready.Load() && r.consume != nil && r.consume.State() == broker.StateConnected &&
-		r.publish != nil && r.publish.State() == broker.StateConnected
+	if !r.ready.Load() {
+		return false
+	}
+	hs := r.Connections()
+	for _, h := range hs {
+		if !h.Ready() {
+			return false
+		}
+	}
+	return len(hs) == 2
+}
+
+// Connections returns the health of the runtime's two broker connections,
+// the consuming one first, once Run has started them; nil before.
+func (r *Runtime) Connections() []broker.Health {
+	select {
+	case <-r.started:
+	default:
+		return nil
+	}
+	var hs []broker.Health
+	for _, c := range []*broker.Conn{r.consume, r.publish} {
+		if c != nil {
+			hs = append(hs, c.Health())
+		}
+	}
+	return hs
 }
 
 // Metrics is what the runtime measures, for an admin listener's /metrics:

@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/acemq/acemq-flow/runtime"
+	"github.com/acemq/acemq-flow/runtime/broker"
 	"github.com/acemq/acemq-flow/runtime/decide"
 	"github.com/acemq/acemq-flow/runtime/plan"
 )
@@ -39,6 +40,36 @@ type Runtime interface {
 	Prefetch(id string, n int) error
 	Pause() error
 	Resume(ctx context.Context) error
+}
+
+// Connections is what a Runtime serves when it also says how its broker
+// connections are (*runtime.Runtime does): /readyz then says why it is not
+// ready, and /v1/status shows them.
+type Connections interface {
+	Connections() []broker.Health
+}
+
+// Status is what GET /v1/status answers: readiness, and each broker
+// connection's health, "blocked" with since when while a resource alarm
+// holds it.
+type Status struct {
+	Ready       bool            `json:"ready"`
+	Why         []string        `json:"why,omitempty"` // why not ready, one sentence a connection
+	Connections []broker.Health `json:"connections"`
+}
+
+// status builds the Status of r.
+func status(r Runtime) Status {
+	st := Status{Ready: r.Ready(), Connections: []broker.Health{}}
+	if cs, ok := r.(Connections); ok {
+		st.Connections = append(st.Connections, cs.Connections()...)
+	}
+	for _, h := range st.Connections {
+		if why := h.Why(); why != "" {
+			st.Why = append(st.Why, why)
+		}
+	}
+	return st
 }
 
 // Options configure a Server.
@@ -153,8 +184,12 @@ func (s *Server) Handler() http.Handler {
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !r.Ready() {
-			http.Error(w, "not ready", http.StatusServiceUnavailable)
+		if st := status(r); !st.Ready {
+			text := "not ready"
+			if len(st.Why) > 0 {
+				text += ": " + strings.Join(st.Why, "; ")
+			}
+			http.Error(w, text, http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ready")
@@ -175,6 +210,9 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /metrics", guarded(metrics.ServeHTTP))
 	mux.HandleFunc("GET /v1/consumers", guarded(func(w http.ResponseWriter, req *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"consumers": r.Consumers(req.Context())})
+	}))
+	mux.HandleFunc("GET /v1/status", guarded(func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, status(r))
 	}))
 	mux.HandleFunc("GET /v1/consumers/{id}", guarded(func(w http.ResponseWriter, req *http.Request) {
 		st, err := r.Consumer(req.Context(), req.PathValue("id"))

@@ -84,6 +84,12 @@ func TestAdminAPIServesMetricsAndGuardsChanges(t *testing.T) {
 	if code, _ := get("/readyz"); code != 200 {
 		t.Errorf("/readyz = %d, want 200", code)
 	}
+	if code, body := get("/v1/status"); code != 200 || !strings.Contains(body, `"ready": true`) || strings.Count(body, `"alive": true`) != 2 || strings.Contains(body, `"blocked": true`) {
+		t.Errorf("/v1/status = %d %s, want ready with both connections alive and not blocked", code, body)
+	}
+	if code, _ := getAs("/v1/status", ""); code != http.StatusUnauthorized {
+		t.Errorf("GET /v1/status without the token = %d, want 401", code)
+	}
 	post := func(path, token string) int {
 		req, _ := http.NewRequest("POST", "http://"+addr+path, nil)
 		if token != "" {
