@@ -202,8 +202,11 @@ func TestChaosS4ConnectionsClosed(t *testing.T) {
 		}
 		time.Sleep(time.Duration(size(3, 20)) * time.Second) // the plan's spacing between cuts
 	}
+	t.Logf("cuts done at %s", time.Now().Format(time.StampMilli))
 	wait()
+	t.Logf("load published at %s", time.Now().Format(time.StampMilli))
 	v, _, _ := r.finish(t, 2*time.Minute)
+	t.Logf("drained at %s", time.Now().Format(time.StampMilli))
 	if c := consumersOn(t, r.s.VHost, "work.a"); c == 0 {
 		t.Error("no consumer on work.a after the cuts")
 	}
@@ -220,6 +223,9 @@ func TestChaosS4ConnectionsClosed(t *testing.T) {
 		Notes: fmt.Sprintf("reconnect and consumers back on the broker, worst of %d; %s → %s", cuts, before, after)})
 }
 
+// consumersOn counts the consumers the broker lists on queue, from
+// rabbitmqctl: the management API's list lags by its statistics interval
+// and would show consumers of channels already closed.
 func consumersOn(t *testing.T, vhost, queue string) int {
 	t.Helper()
 	out := harness.Rabbitmqctl(t, "list_consumers", "-p", vhost, "-q", "--no-table-headers", "queue_name")
