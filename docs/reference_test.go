@@ -272,9 +272,20 @@ func patterns(t *testing.T, f *ast.File, stack []ast.Node, arg ast.Expr, helpers
 	if s, ok := str(arg); ok {
 		return []string{s}
 	}
+	// A helper's parameter, alone or after a literal prefix: the patterns
+	// are the literals the helper is called with.
+	var (
+		prefix   string
+		param    *ast.Ident
+		okp, oki bool
+	)
 	if be, ok := arg.(*ast.BinaryExpr); ok && be.Op == token.ADD {
-		prefix, okp := str(be.X)
-		param, oki := be.Y.(*ast.Ident)
+		prefix, okp = str(be.X)
+		param, oki = be.Y.(*ast.Ident)
+	} else if id, ok := arg.(*ast.Ident); ok {
+		param, okp, oki = id, true, true
+	}
+	{
 		if okp && oki {
 			for i := len(stack) - 1; i >= 0; i-- {
 				fl, ok := stack[i].(*ast.FuncLit)
