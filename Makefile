@@ -16,7 +16,7 @@ export ACEMQ_TEST_AMQPS_URL        ?= amqps://guest:guest@localhost:5671/
 export ACEMQ_TEST_POSTGRES_TLS_URL ?= postgres://acemq:acemq@localhost:5432/test
 export CGO_ENABLED             ?= 0
 
-.PHONY: all build test run bench chaos chaos-short generate lint services fuzz clean image image-test
+.PHONY: all build test run bench chaos chaos-short cluster cluster-stop generate lint services fuzz clean image image-test
 
 all: build
 
@@ -60,11 +60,23 @@ bench: services build
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 ./test/bench ./plugins/host ./runtime/decide ./runtime/relay ./spec
 
 # Long fault injection under load (a short form runs in `make test`).
+# The reliability suite (test/reliability, research/reliability.md §7) prints
+# its table at the end; ACEMQ_RELIABILITY_TABLE=FILE also writes it there.
 chaos: services build
 	$(GO) test -count=1 -tags chaos -run '^TestChaos' -timeout 60m -v ./test/e2e
+	$(GO) test -count=1 -tags chaos -run '^TestChaosS' -timeout 60m -v ./test/reliability
 
 chaos-short: services build
 	$(GO) test -count=1 -tags chaos -run '^TestChaos' -timeout 15m -v ./test/e2e -soak 45s
+	$(GO) test -count=1 -tags chaos -short -run '^TestChaosS' -timeout 15m -v ./test/reliability
+
+# Three more RabbitMQ nodes on this machine, clustered (AMQP 5681-5683),
+# beside the broker on 5672; both targets can be run again.
+cluster:
+	@scripts/cluster.sh start
+
+cluster-stop:
+	@scripts/cluster.sh stop
 
 generate:
 	@scripts/generate.sh
