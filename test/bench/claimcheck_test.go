@@ -77,18 +77,7 @@ func BenchmarkClaimCheck(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		rt, err := runtime.New(pl, runtime.Options{AMQPURL: url, Blobs: blobs})
-		if err != nil {
-			b.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		errc := make(chan error, 1)
-		go func() { errc <- rt.Run(ctx) }()
-		select {
-		case <-rt.Started():
-		case err := <-errc:
-			b.Fatal(err)
-		}
+		_, ctx, stop := runRuntime(b, pl, runtime.Options{AMQPURL: url, Blobs: blobs})
 		payloads := make([][]byte, claimCheckMessages)
 		for i := range payloads {
 			// Each its own blob: a shared one would be put once.
@@ -125,10 +114,7 @@ func BenchmarkClaimCheck(b *testing.B) {
 			}
 		}
 		rate := float64(claimCheckMessages*10) / time.Since(start).Seconds()
-		cancel()
-		if err := <-errc; err != nil {
-			b.Fatal(err)
-		}
+		stop()
 		for _, q := range pl.Queues {
 			drop(b, ch, q.Name)
 		}

@@ -143,18 +143,7 @@ func BenchmarkDelayLate(b *testing.B) {
 		b.Skip("ACEMQ_BENCH_ONLY=" + only)
 	}
 	url := testenv.VHost(b)
-	rt, err := runtime.New(&plan.Plan{}, runtime.Options{AMQPURL: url, Delays: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() { errc <- rt.Run(ctx) }()
-	select {
-	case <-rt.Started():
-	case err := <-errc:
-		b.Fatal(err)
-	}
+	rt, _, stop := runRuntime(b, &plan.Plan{}, runtime.Options{AMQPURL: url, Delays: true})
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 	warm := delayRun(b, url, rt, "delay-late-warm", delayWarmUp, time.Second, 2*time.Second)
 	if verbose {
@@ -163,10 +152,7 @@ func BenchmarkDelayLate(b *testing.B) {
 			ms(warm[len(warm)/2]), ms(warm[len(warm)*99/100]), ms(warm[len(warm)-1]))
 	}
 	late := delayRun(b, url, rt, "delay-late", delayMessages, delayMin, delayMax)
-	cancel()
-	if err := <-errc; err != nil {
-		b.Fatal(err)
-	}
+	stop()
 	slices.Sort(late)
 	fmt.Printf("bench: delay-late-p50 %.0f ms\n", ms(late[len(late)/2]))
 	fmt.Printf("bench: delay-late-p99 %.0f ms max=%.0f n=%d\n", ms(late[len(late)*99/100]), ms(late[len(late)-1]), len(late))

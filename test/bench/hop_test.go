@@ -224,18 +224,7 @@ func runtimeHop(b *testing.B, url, pipe, handler, testkit string, inprocess bool
 	ch, _ := conn.Channel()
 	declare(b, ch, plan)
 	fill(b, ch, pipe, "a", n)
-	rt, err := runtime.New(plan, opts)
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() { errc <- rt.Run(ctx) }()
-	select {
-	case <-rt.Started():
-	case err := <-errc:
-		b.Fatal(err)
-	}
+	rt, ctx, stop := runRuntime(b, plan, opts)
 	// Start declares the step's queues, then subscribes: the clock starts
 	// where the raw hop's does, once the consumer is about to subscribe.
 	if err := rt.Start(ctx, pipe+".a"); err != nil {
@@ -243,10 +232,7 @@ func runtimeHop(b *testing.B, url, pipe, handler, testkit string, inprocess bool
 	}
 	start := time.Now()
 	end := waitDepth(b, ch, pipe+".b", n, 5*time.Minute)
-	cancel()
-	if err := <-errc; err != nil {
-		b.Fatal(err)
-	}
+	stop()
 	for _, q := range plan.Queues {
 		drop(b, ch, q.Name)
 	}
@@ -418,3 +404,29 @@ func BenchmarkHop(b *testing.B) {
 // figure is one runtime figure's runs, and each one's ratio against the raw
 // run paired with it.
 type figure struct{ values, ratios []float64 }
+
+// runRuntime starts a runtime of pl with opts and waits until it has
+// started; stop ends it and fails b if Run returned an error. ctx is the
+// runtime's context, for calls such as Start.
+func runRuntime(b *testing.B, pl *plan.Plan, opts runtime.Options) (rt *runtime.Runtime, ctx context.Context, stop func()) {
+	b.Helper()
+	rt, err := runtime.New(pl, opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- rt.Run(ctx) }()
+	select {
+	case <-rt.Started():
+	case err := <-errc:
+		cancel()
+		b.Fatal(err)
+	}
+	return rt, ctx, func() {
+		cancel()
+		if err := <-errc; err != nil {
+			b.Fatal(err)
+		}
+	}
+}

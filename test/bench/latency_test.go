@@ -215,24 +215,8 @@ pipelines:
 func runtimeChain(b *testing.B, url, pipe, testkit string) (*plan.Plan, func()) {
 	flow := strings.NewReplacer("PIPE", pipe, "TESTKIT", testkit, "PREFETCH", fmt.Sprint(latencyPrefetch)).Replace(latencyFlow)
 	pl := compileFlow(b, flow)
-	rt, err := runtime.New(pl, runtime.Options{AMQPURL: url})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() { errc <- rt.Run(ctx) }()
-	select {
-	case <-rt.Started():
-	case err := <-errc:
-		b.Fatal(err)
-	}
-	return pl, func() {
-		cancel()
-		if err := <-errc; err != nil {
-			b.Fatal(err)
-		}
-	}
+	_, _, stop := runRuntime(b, pl, runtime.Options{AMQPURL: url})
+	return pl, stop
 }
 
 // BenchmarkLatency prints latency-3hop-p50 and latency-3hop-p99: the

@@ -130,30 +130,16 @@ func sagaRun(b *testing.B, url, saga string, store stores.Set, n int) float64 {
 	for _, p := range pending {
 		p.Wait()
 	}
-	rt, err := runtime.New(pl, runtime.Options{AMQPURL: url, Store: store, Sagas: store,
+	rt, ctx, stop := runRuntime(b, pl, runtime.Options{AMQPURL: url, Store: store, Sagas: store,
 		Handlers: map[string]runtime.HandlerFunc{"bench.step": func(context.Context, runtime.Request) (decide.Result, error) {
 			return decide.Result{Payload: []byte(`{}`)}, nil
 		}}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() { errc <- rt.Run(ctx) }()
-	select {
-	case <-rt.Started():
-	case err := <-errc:
-		b.Fatal(err)
-	}
 	if err := rt.Start(ctx, first); err != nil {
 		b.Fatal(err)
 	}
 	start := time.Now()
 	end := waitDepth(b, ch, done, n, 5*time.Minute)
-	cancel()
-	if err := <-errc; err != nil {
-		b.Fatal(err)
-	}
+	stop()
 	for _, q := range pl.Queues {
 		drop(b, ch, q.Name)
 	}
