@@ -141,7 +141,7 @@ func TestChaosS8MemoryAlarm(t *testing.T) {
 	}
 	wait()
 	v, _, _ := r.finish(t, 2*time.Minute)
-	harness.Record(t, harness.Row{Scenario: "S8 broker memory alarm", Faults: fmt.Sprintf("vm_memory_high_watermark 1 byte for %.0fs", time.Since(raised).Seconds()-ready.Seconds()), Verdict: v,
+	harness.Record(t, harness.Row{Scenario: "S8 broker memory alarm", Faults: fmt.Sprintf("vm_memory_high_watermark 1 byte for %.0fs", cleared.Sub(raised).Seconds()), Verdict: v,
 		Recovery: fmt.Sprintf("ready %.1fs after the alarm cleared", ready.Seconds()),
 		Notes:    fmt.Sprintf("/readyz 503 %.1fs into the alarm, naming the blocked connection; %d connection(s) blocked and unblocked, each logged once", unready.Seconds(), blocked)})
 }
