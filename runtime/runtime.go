@@ -186,9 +186,31 @@ func New(pl *plan.Plan, opts Options) (*Runtime, error) {
 
 // Supported returns an error wrapping plan.ErrUnsupported, naming each
 // feature and its position, when pl uses parts of the format this runtime
-// does not run. Every part of the format runs now: it returns nil. New
-// calls it; the CLI calls it first too, before opening anything.
-func Supported(*plan.Plan) error { return nil }
+// does not run: Avro types (FLOW-FORMAT §6), whose payloads the runtime
+// does not encode or decode yet, so that a flow declaring one is refused
+// rather than run with JSON on the wire. New calls it; the CLI calls it
+// first too, before opening anything.
+func Supported(pl *plan.Plan) error {
+	var unsupported []string
+	seen := map[*spec.Type]bool{}
+	for _, c := range pl.Consumers {
+		if c.File == nil {
+			continue
+		}
+		for _, name := range []string{c.Input, c.Output} {
+			t := c.File.Type(name)
+			if name == "" || !t.IsAvro() || seen[t] {
+				continue
+			}
+			seen[t] = true
+			unsupported = append(unsupported, fmt.Sprintf("%s: type %q is Avro (Avro payloads are %s: `validate` and `schemas check` read Avro types, `run` does not encode or decode them)", t.Pos, t.Name, plan.ErrUnsupported))
+		}
+	}
+	if len(unsupported) > 0 {
+		return fmt.Errorf("%w; write these types as JSON Schema for now, or run these flows elsewhere:\n  %s", plan.ErrUnsupported, strings.Join(unsupported, "\n  "))
+	}
+	return nil
+}
 
 // Ready reports whether the topology is applied, the consumers run and both
 // connections are up, not blocked by the broker (a resource alarm) and

@@ -62,6 +62,6 @@ func (p *Plan) Names(kind string) string {
 
 // ErrUnsupported marks parts of the format the runtime does not run yet:
 // `validate` accepts them, `run` refuses them, naming the feature and its
-// position. Every part of the format runs today; it is kept for what the
-// format adds before the runtime runs it.
+// position. Today that is Avro types (FLOW-FORMAT §6): validated, checked
+// by `schemas check`, not yet encoded or decoded by the engine.
 var ErrUnsupported = errors.New("not supported by this runtime yet")
