@@ -119,7 +119,9 @@ func (s *Store) PutBlob(ctx context.Context, content []byte) (string, error) {
 		}
 	}
 	if err := s.write(path, content, now); err != nil {
-		return "", fmt.Errorf("put blob %s in %s: %w", key, s.dir, err)
+		// The directory, not the blob, failed (full, read-only, gone): an
+		// outage of the store, which the runtime waits out.
+		return "", &stores.UnavailableError{Backend: "file", Err: fmt.Errorf("put blob %s in %s: %w", key, s.dir, err)}
 	}
 	return key, nil
 }
@@ -191,7 +193,7 @@ func (s *Store) GetBlob(ctx context.Context, key string) ([]byte, error) {
 		return nil, &stores.MissingBlobError{Key: key}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("get blob %s: %w", key, err)
+		return nil, &stores.UnavailableError{Backend: "file", Err: fmt.Errorf("get blob %s: %w", key, err)}
 	}
 	if err := stores.CheckBlob(key, content); err != nil {
 		return nil, fmt.Errorf("%w (file %s)", err, path)

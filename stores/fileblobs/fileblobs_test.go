@@ -1,6 +1,7 @@
 package fileblobs_test
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -119,5 +120,42 @@ func TestOpenRefusesNoDirectory(t *testing.T) {
 	}
 	if _, err := fileblobs.Open(filepath.Join(f, "blobs"), stores.Options{}); err == nil || !strings.Contains(err.Error(), f) {
 		t.Fatalf("Open under a file = %v, want an error naming the directory", err)
+	}
+}
+
+// TestUnavailable: a put whose directory cannot be written (its tmp is a
+// file now), and a get whose blob cannot be read (a directory where the
+// file goes), fail as the store's outage (stores.ErrUnavailable), which the
+// runtime waits out instead of spending the message's attempts; a blob
+// that is simply not there is still missing, not an outage.
+func TestUnavailable(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "blobs")
+	s := open(t, dir, stores.Options{})
+	key, err := s.PutBlob(t.Context(), []byte("kept"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(filepath.Join(dir, "tmp")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tmp"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.PutBlob(t.Context(), []byte("new content")); !errors.Is(err, stores.ErrUnavailable) {
+		t.Errorf("PutBlob with %s/tmp a file = %v, want an error matching stores.ErrUnavailable", dir, err)
+	}
+	path, _ := s.Path(key)
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	var missing *stores.MissingBlobError
+	if _, err := s.GetBlob(t.Context(), key); !errors.As(err, &missing) || errors.Is(err, stores.ErrUnavailable) {
+		t.Errorf("GetBlob of a removed blob = %v, want a *stores.MissingBlobError and no outage", err)
+	}
+	if err := os.Mkdir(path, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetBlob(t.Context(), key); !errors.Is(err, stores.ErrUnavailable) {
+		t.Errorf("GetBlob of a blob whose file is a directory = %v, want an error matching stores.ErrUnavailable", err)
 	}
 }

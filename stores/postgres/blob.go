@@ -22,7 +22,8 @@ var (
 // repeated put moves the row's stored_at forward (never back, whatever the
 // replicas' clocks). A purge's DELETE racing it either ran first (the put
 // inserts the row anew) or sees the refreshed time and keeps the row.
-func (s *Store) PutBlob(ctx context.Context, content []byte) (string, error) {
+func (s *Store) PutBlob(ctx context.Context, content []byte) (_ string, err error) {
+	defer unavailable(&err)
 	key := stores.BlobKey(content)
 	if content == nil {
 		content = []byte{} // NOT NULL: the empty payload is an empty bytea
@@ -45,12 +46,13 @@ ON CONFLICT (key) DO UPDATE SET stored_at = greatest(acemq_blobs.stored_at, excl
 }
 
 // GetBlob implements stores.Blobs.
-func (s *Store) GetBlob(ctx context.Context, key string) ([]byte, error) {
+func (s *Store) GetBlob(ctx context.Context, key string) (_ []byte, err error) {
+	defer unavailable(&err)
 	if _, err := stores.BlobDigest(key); err != nil {
 		return nil, err
 	}
 	var content []byte
-	err := s.pool.QueryRow(ctx, `SELECT content FROM acemq_blobs WHERE key = $1`, key).Scan(&content)
+	err = s.pool.QueryRow(ctx, `SELECT content FROM acemq_blobs WHERE key = $1`, key).Scan(&content)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, &stores.MissingBlobError{Key: key}
 	}

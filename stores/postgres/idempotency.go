@@ -75,7 +75,8 @@ var maxClaimRounds = 5
 
 // TryClaimBatch implements stores.Idempotency: one statement for the whole
 // batch, plus a look-up only for keys a concurrent commit hid from it.
-func (s *Store) TryClaimBatch(ctx context.Context, reqs []stores.ClaimRequest) ([]stores.Claim, error) {
+func (s *Store) TryClaimBatch(ctx context.Context, reqs []stores.ClaimRequest) (_ []stores.Claim, err error) {
+	defer unavailable(&err)
 	if len(reqs) == 0 {
 		return nil, nil
 	}
@@ -264,7 +265,8 @@ RETURNING i.key, i.token`
 
 // ConfirmBatch implements stores.Idempotency: one statement, plus a look-up
 // only to explain refusals.
-func (s *Store) ConfirmBatch(ctx context.Context, held []stores.Held) ([]error, error) {
+func (s *Store) ConfirmBatch(ctx context.Context, held []stores.Held) (_ []error, err error) {
+	defer unavailable(&err)
 	if len(held) == 0 {
 		return nil, nil
 	}
@@ -351,7 +353,8 @@ func (s *Store) current(ctx context.Context, keys []string) (rowsByKey, error) {
 }
 
 // Release implements stores.Idempotency.
-func (s *Store) Release(ctx context.Context, key string, token stores.Token) error {
+func (s *Store) Release(ctx context.Context, key string, token stores.Token) (err error) {
+	defer unavailable(&err)
 	tag, err := s.pool.Exec(ctx, `DELETE FROM acemq_idempotency WHERE key = $1 AND token = $2 AND state = 'claimed'`, key, int64(token))
 	if err != nil {
 		return fmt.Errorf("release idempotency key %q: %w", key, err)

@@ -25,7 +25,8 @@ const idleInTransactionTimeout = "25P03"
 // its own idle time by lease and selects the batch in one round trip, on a
 // connection the batch keeps until Finish or Abort, from the store's pool
 // for held batches (at most heldConns).
-func (s *Store) ClaimLocked(ctx context.Context, owner string, n int, lease time.Duration) (stores.LockedBatch, error) {
+func (s *Store) ClaimLocked(ctx context.Context, owner string, n int, lease time.Duration) (_ stores.LockedBatch, err error) {
+	defer unavailable(&err)
 	if err := backend.CheckClaim(owner, n, lease); err != nil {
 		return nil, err
 	}
@@ -158,7 +159,8 @@ type lockedBatch struct {
 func (b *lockedBatch) Records() []stores.OutboxRecord { return b.recs }
 
 // Finish writes the outcomes and commits in one round trip.
-func (b *lockedBatch) Finish(ctx context.Context, published []int64, failed []stores.FailedRecord) ([]int64, error) {
+func (b *lockedBatch) Finish(ctx context.Context, published []int64, failed []stores.FailedRecord) (_ []int64, err error) {
+	defer unavailable(&err)
 	if b.conn == nil {
 		return nil, nil
 	}
@@ -207,7 +209,7 @@ RETURNING o.id, o.stuck_at IS NOT NULL`, failedIDs, b.s.opts.OutboxMaxAttempts, 
 		q.Queue(`UPDATE acemq_outbox SET lease_owner = $2, lease_until = $3 WHERE id = ANY($1)`, left, b.owner, now.Add(b.lease))
 	}
 	q.Queue("COMMIT")
-	err := b.conn.SendBatch(ctx, q).Close()
+	err = b.conn.SendBatch(ctx, q).Close()
 	b.close(err == nil)
 	if err != nil {
 		var pe *pgconn.PgError

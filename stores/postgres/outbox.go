@@ -137,7 +137,8 @@ func (s *Store) collectInIDOrder(ctx context.Context, sql string, args ...any) (
 // row another relay is leasing right now is skipped, not waited for, and a
 // row whose lease a concurrent relay just committed fails the lease test
 // when PostgreSQL re-checks it.
-func (s *Store) ClaimBatch(ctx context.Context, owner string, n int, lease time.Duration) ([]stores.OutboxRecord, error) {
+func (s *Store) ClaimBatch(ctx context.Context, owner string, n int, lease time.Duration) (_ []stores.OutboxRecord, err error) {
+	defer unavailable(&err)
 	if err := backend.CheckClaim(owner, n, lease); err != nil {
 		return nil, err
 	}
@@ -178,7 +179,8 @@ const failedSet = `
     stuck_at = CASE WHEN o.attempts + 1 >= $2 THEN $4::timestamptz ELSE NULL END`
 
 // MarkPublished implements stores.OutboxRelay in one statement.
-func (s *Store) MarkPublished(ctx context.Context, ids []int64, owner string) error {
+func (s *Store) MarkPublished(ctx context.Context, ids []int64, owner string) (err error) {
+	defer unavailable(&err)
 	if len(ids) == 0 {
 		return nil
 	}
@@ -205,10 +207,11 @@ WHERE x.id NOT IN (SELECT id FROM m)
 }
 
 // MarkFailed implements stores.OutboxRelay.
-func (s *Store) MarkFailed(ctx context.Context, id int64, owner, reason string) (bool, error) {
+func (s *Store) MarkFailed(ctx context.Context, id int64, owner, reason string) (_ bool, err error) {
+	defer unavailable(&err)
 	now := s.opts.Now()
 	var stuck bool
-	err := s.pool.QueryRow(ctx, `
+	err = s.pool.QueryRow(ctx, `
 UPDATE acemq_outbox AS o SET last_error = $1,`+failedSet+`
 WHERE id = $5 AND lease_owner = $6 AND published_at IS NULL AND stuck_at IS NULL
 RETURNING stuck_at IS NOT NULL`, reason, s.opts.OutboxMaxAttempts, now.Add(s.opts.OutboxRetryDelay), now, id, owner).Scan(&stuck)

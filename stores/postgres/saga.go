@@ -20,7 +20,8 @@ const sagaColumns = `id, saga, state, step, input, reply_to, correlation_id, ste
 // CreateSaga implements stores.Sagas: one INSERT … ON CONFLICT DO NOTHING.
 // A concurrent creator's insert waits on the id until this one's
 // transaction ends, then does nothing and reads the winner's row.
-func (s *Store) CreateSaga(ctx context.Context, inst stores.SagaInstance) (stores.SagaInstance, bool, error) {
+func (s *Store) CreateSaga(ctx context.Context, inst stores.SagaInstance) (_ stores.SagaInstance, _ bool, err error) {
+	defer unavailable(&err)
 	if err := stores.CheckSagaInstance(inst); err != nil {
 		return stores.SagaInstance{}, false, err
 	}
@@ -53,7 +54,8 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 1, $9, $9, $10) ON CONFLICT (id) DO NOTH
 }
 
 // GetSaga implements stores.Sagas.
-func (s *Store) GetSaga(ctx context.Context, id string) (stores.SagaInstance, bool, error) {
+func (s *Store) GetSaga(ctx context.Context, id string) (_ stores.SagaInstance, _ bool, err error) {
+	defer unavailable(&err)
 	inst, ok, err := scanSaga(s.pool.QueryRow(ctx, `SELECT `+sagaColumns+` FROM acemq_sagas WHERE id = $1`, id))
 	if err != nil {
 		return stores.SagaInstance{}, false, fmt.Errorf("saga instance %q: read it: %w", id, err)
@@ -64,7 +66,8 @@ func (s *Store) GetSaga(ctx context.Context, id string) (stores.SagaInstance, bo
 // AdvanceSaga implements stores.Sagas: one UPDATE … WHERE version = the
 // presented one; when it updated nothing, the current version is read for
 // the refusal.
-func (s *Store) AdvanceSaga(ctx context.Context, inst stores.SagaInstance) (stores.SagaInstance, error) {
+func (s *Store) AdvanceSaga(ctx context.Context, inst stores.SagaInstance) (_ stores.SagaInstance, err error) {
+	defer unavailable(&err)
 	if err := stores.CheckSagaInstance(inst); err != nil {
 		return stores.SagaInstance{}, err
 	}
@@ -222,7 +225,8 @@ func blob(b []byte) []byte {
 // ids[i]'s instance, or the zero instance (ID "") when the store has none.
 // The runtime's saga consumers read through it, their concurrent
 // deliveries' reads coalesced into one round trip.
-func (s *Store) GetSagaBatch(ctx context.Context, ids []string) ([]stores.SagaInstance, error) {
+func (s *Store) GetSagaBatch(ctx context.Context, ids []string) (_ []stores.SagaInstance, err error) {
+	defer unavailable(&err)
 	if len(ids) == 0 {
 		return nil, nil
 	}
@@ -282,7 +286,8 @@ RETURNING a.id`
 // instance. err is a failure of the store: nothing is known to be written.
 // Two writes of one instance in a batch go in turn, the second seeing the
 // first's version.
-func (s *Store) AdvanceSagaBatch(ctx context.Context, insts []stores.SagaInstance) ([]error, error) {
+func (s *Store) AdvanceSagaBatch(ctx context.Context, insts []stores.SagaInstance) (_ []error, err error) {
+	defer unavailable(&err)
 	refused := make([]error, len(insts))
 	todo := make([]int, 0, len(insts))
 	for i, inst := range insts {
@@ -386,7 +391,8 @@ func (s *Store) advanceRound(ctx context.Context, insts []stores.SagaInstance, i
 // out[i] the instance as stored (the one another creator wrote first when
 // it was not). Every instance must pass stores.CheckSagaInstance. Of two
 // creates of one id in a batch, the first creates.
-func (s *Store) CreateSagaBatch(ctx context.Context, insts []stores.SagaInstance) ([]stores.SagaInstance, []bool, error) {
+func (s *Store) CreateSagaBatch(ctx context.Context, insts []stores.SagaInstance) (_ []stores.SagaInstance, _ []bool, err error) {
+	defer unavailable(&err)
 	if len(insts) == 0 {
 		return nil, nil, nil
 	}

@@ -17,13 +17,14 @@ var _ stores.ScheduleTicks = (*Store)(nil)
 // ClaimTick implements stores.ScheduleTicks: the tick's row and the outbox
 // record in one transaction. A concurrent claimer's INSERT waits on the
 // row's key until this transaction ends, then does nothing if it committed.
-func (s *Store) ClaimTick(ctx context.Context, schedule string, tick time.Time, rec stores.OutboxRecord) (bool, error) {
+func (s *Store) ClaimTick(ctx context.Context, schedule string, tick time.Time, rec stores.OutboxRecord) (_ bool, err error) {
+	defer unavailable(&err)
 	if err := backend.CheckTick(schedule, tick); err != nil {
 		return false, err
 	}
 	at := tick.Truncate(time.Millisecond)
 	var claimed bool
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var one int
 		err := tx.QueryRow(ctx, `INSERT INTO acemq_schedule_ticks (schedule, tick, claimed_at) VALUES ($1, $2, $3)
 ON CONFLICT DO NOTHING RETURNING 1`, schedule, at, s.opts.Now()).Scan(&one)
