@@ -32,9 +32,11 @@ const (
 	kSeq
 )
 
-// node is a YAML value with its position: the tree the model is built from
-// and the schema is checked against. Aliases share the anchored node.
-type node struct {
+// A Node is a YAML value with its position: the tree a flow file's model
+// is built from and its schema is checked against, and what ReadYAML
+// returns for other files. Aliases share the anchored node. A Node is not
+// changed once read: safe for concurrent use.
+type Node struct {
 	kind   kind
 	pos    Pos
 	keys   []*node // kMap: scalar key nodes, in file order
@@ -49,6 +51,36 @@ type node struct {
 	merged  map[string]bool // kMap, while read: keys copied by a merge key (<<), which a key written in the mapping overrides
 	size    int             // nodes below and including this one, aliases expanded
 }
+
+// node is Node inside the package.
+type node = Node
+
+// Pos is where the value starts in its file: a mapping's first key.
+func (n *Node) Pos() Pos { return n.pos }
+
+// IsMap, IsSeq and IsScalar report what the value is: a mapping, a
+// sequence, or a scalar (null included).
+func (n *Node) IsMap() bool    { return n != nil && n.kind == kMap }
+func (n *Node) IsSeq() bool    { return n != nil && n.kind == kSeq }
+func (n *Node) IsScalar() bool { return n != nil && n.kind == kScalar }
+
+// Keys are a mapping's keys, scalar nodes in file order; Vals their
+// values, in the same order. Items are a sequence's.
+func (n *Node) Keys() []*Node  { return n.keys }
+func (n *Node) Vals() []*Node  { return n.vals }
+func (n *Node) Items() []*Node { return n.items }
+
+// Value is a scalar's value: a string, int64, float64, bool or nil.
+func (n *Node) Value() any { return n.value }
+
+// Get returns the value under key in a mapping, or nil; Str a scalar's
+// string and whether it is one. Both take a nil node.
+func (n *Node) Get(key string) *Node { return n.get(key) }
+func (n *Node) Str() (string, bool)  { return n.str() }
+
+// JSON is the value as encoding/json decodes it into an any (a number is
+// an int64 or a float64).
+func (n *Node) JSON() any { return n.toJSON() }
 
 func (n *node) str() (string, bool) {
 	if n == nil || n.kind != kScalar {
@@ -174,13 +206,62 @@ func tooDeep(d *diags, pos Pos) {
 	d.errorf(pos, "too-deep", "flatten the structure", "the YAML nests deeper than %d levels", maxDepth)
 }
 
+// YAMLKind names a kind of YAML file in ReadYAML's diagnostics.
+type YAMLKind struct {
+	Name  string // "a flow file"
+	Empty string // how to fix an empty file: "start it with `version: …`"
+	One   string // how to fix a file of several documents
+}
+
+// flowFile is how a flow file is named in diagnostics.
+var flowFile = YAMLKind{Name: "a flow file", Empty: "start it with `version: acemq.flow/v1` and `name:`", One: "put each flow in a file of its own"}
+
+// ReadYAML reads the one YAML document of a file into a tree of nodes
+// with their positions, as flow files are read and under their limits
+// (size, UTF-8 text, nesting, nodes after aliases expanded), for the other
+// files of the project that report positions (the flow tests). file names
+// the file in positions and diagnostics; no ${VAR} is substituted. It
+// returns nil and the reasons when the file cannot be read.
+func ReadYAML(file string, data []byte, k YAMLKind) (*Node, Diagnostics) {
+	var d diags
+	root := readYAML(file, data, nil, &d, k)
+	switch {
+	case d.hasErrors():
+		return nil, d.list
+	case root == nil:
+		return nil, Diagnostics{{Pos: Pos{File: file, Line: 1, Col: 1}, Severity: Error, Code: "empty-file", Msg: "the file holds no YAML value", Hint: k.Empty}}
+	}
+	return root, d.list
+}
+
 // parseYAML parses one flow file. It returns nil when the file cannot be
 // parsed, with the reasons in d.
-func parseYAML(file string, data []byte, env func(string) (string, bool), d *diags) (root *node) {
+func parseYAML(file string, data []byte, env func(string) (string, bool), d *diags) *node {
+	before := len(d.list)
+	root := readYAML(file, data, env, d, flowFile)
+	if root == nil && len(d.list) > before {
+		return nil
+	}
+	if root == nil || root.kind != kMap {
+		pos := Pos{File: file, Line: 1, Col: 1}
+		if root != nil {
+			pos = root.pos
+		}
+		d.errorf(pos, "not-a-mapping", "a flow file is a mapping with `version`, `name` and sections such as `pipelines`",
+			"the top level of the file is not a mapping")
+		return nil
+	}
+	return root
+}
+
+// readYAML reads the one document of a file of kind k, substituting
+// ${VAR} through env (nil: none). It returns nil when the file cannot be
+// read, with the reasons in d.
+func readYAML(file string, data []byte, env func(string) (string, bool), d *diags, k YAMLKind) (root *node) {
 	start := Pos{File: file, Line: 1, Col: 1}
 	if len(data) > MaxFileSize {
 		d.errorf(start, "file-too-large", "split it into several files in one folder",
-			"the file is %d bytes, over the %d byte limit of a flow file", len(data), MaxFileSize)
+			"the file is %d bytes, over the %d byte limit of %s", len(data), MaxFileSize, k.Name)
 		return nil
 	}
 	if at, found := firstNonText(file, data); found {
@@ -218,26 +299,17 @@ func parseYAML(file string, data []byte, env func(string) (string, bool), d *dia
 		docs = append(docs, doc)
 	}
 	if len(docs) == 0 {
-		d.errorf(start, "empty-file", "start it with `version: acemq.flow/v1` and `name:`", "the file holds no YAML document")
+		d.errorf(start, "empty-file", k.Empty, "the file holds no YAML document")
 		return nil
 	}
 	if len(docs) > 1 {
-		d.errorf(posOf(file, docs[1].Body), "multiple-documents", "put each flow in a file of its own",
-			"the file holds %d YAML documents; a flow file holds one", len(docs))
+		d.errorf(posOf(file, docs[1].Body), "multiple-documents", k.One,
+			"the file holds %d YAML documents; %s holds one", len(docs), k.Name)
 		return nil
 	}
 	p := &yamlParser{file: file, env: env, d: d, anchors: map[string]*node{}}
 	root = p.convert(docs[0].Body, 0, "", false)
 	if p.failed {
-		return nil
-	}
-	if root == nil || root.kind != kMap {
-		pos := start
-		if root != nil {
-			pos = root.pos
-		}
-		d.errorf(pos, "not-a-mapping", "a flow file is a mapping with `version`, `name` and sections such as `pipelines`",
-			"the top level of the file is not a mapping")
 		return nil
 	}
 	return root
@@ -601,7 +673,7 @@ func (p *yamlParser) merge(out *node, mv *ast.MappingValueNode, depth int, kpos 
 // substitute replaces ${VAR} and ${VAR:default} in s. `$${` is a literal
 // `${`. An unset variable without default is an error naming it.
 func (p *yamlParser) substitute(s string, n *node) string {
-	if !strings.Contains(s, "${") {
+	if p.env == nil || !strings.Contains(s, "${") {
 		return s
 	}
 	var b strings.Builder

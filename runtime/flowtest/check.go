@@ -10,13 +10,14 @@ import (
 
 	"github.com/acemq/acemq-flow/runtime/decide"
 	"github.com/acemq/acemq-flow/runtime/plan"
+	"github.com/acemq/acemq-flow/spec"
 )
 
 // check compares what happened so far with e. final: e is the case's own
 // expect, where a case that names no dead letters expects none.
 func (s *sim) check(e *Expect, final bool) []Failure {
 	var out []Failure
-	list := func(what string, exp *node, actual []any, defaults []string) {
+	list := func(what string, exp *spec.Node, actual []any, defaults []string) {
 		if exp != nil {
 			out = append(out, compareList(what, exp, actual, defaults)...)
 		}
@@ -128,37 +129,37 @@ func (s *sim) delays() []any {
 
 // compareList compares expected list exp with actual: the same length,
 // and each expected item equal to the actual one in every key it names.
-func compareList(what string, exp *node, actual []any, defaults []string) []Failure {
+func compareList(what string, exp *spec.Node, actual []any, defaults []string) []Failure {
 	keys := defaults
-	for _, it := range exp.items {
-		if it.kind == kMap {
-			for _, k := range it.keys {
-				if s := fmt.Sprint(k.value); !slices.Contains(keys, s) {
+	for _, it := range exp.Items() {
+		if it.IsMap() {
+			for _, k := range it.Keys() {
+				if s := fmt.Sprint(k.Value()); !slices.Contains(keys, s) {
 					keys = append(keys, s)
 				}
 			}
 		}
 	}
 	upd := project(actual, keys)
-	if len(exp.items) != len(actual) {
-		return []Failure{{Pos: exp.pos, What: what, Expected: fmt.Sprintf("%d (%s)", len(exp.items), text(exp.toJSON())),
+	if len(exp.Items()) != len(actual) {
+		return []Failure{{Pos: exp.Pos(), What: what, Expected: fmt.Sprintf("%d (%s)", len(exp.Items()), text(exp.JSON())),
 			Actual: fmt.Sprintf("%d (%s)", len(actual), text(project(actual, keys))), update: upd, at: exp}}
 	}
 	var out []Failure
-	for i, it := range exp.items {
+	for i, it := range exp.Items() {
 		got := actual[i]
-		if it.kind != kMap {
-			if !equal(it.toJSON(), got) {
-				out = append(out, Failure{Pos: it.pos, What: fmt.Sprintf("%s, item %d", what, i+1), Expected: text(it.toJSON()), Actual: text(got), update: upd, at: exp})
+		if !it.IsMap() {
+			if !equal(it.JSON(), got) {
+				out = append(out, Failure{Pos: it.Pos(), What: fmt.Sprintf("%s, item %d", what, i+1), Expected: text(it.JSON()), Actual: text(got), update: upd, at: exp})
 			}
 			continue
 		}
 		gm, _ := got.(map[string]any)
-		for j, k := range it.keys {
-			key := fmt.Sprint(k.value)
-			want, have := it.vals[j].toJSON(), gm[key]
+		for j, k := range it.Keys() {
+			key := fmt.Sprint(k.Value())
+			want, have := it.Vals()[j].JSON(), gm[key]
 			if !equalKey(key, want, have) {
-				out = append(out, Failure{Pos: it.vals[j].pos, What: fmt.Sprintf("%s, item %d, %s", what, i+1, key), Expected: text(want), Actual: text(have), update: upd, at: exp})
+				out = append(out, Failure{Pos: it.Vals()[j].Pos(), What: fmt.Sprintf("%s, item %d, %s", what, i+1, key), Expected: text(want), Actual: text(have), update: upd, at: exp})
 			}
 		}
 	}

@@ -12,72 +12,68 @@ import (
 // none). Every list is exact: the same items, in the same order.
 type Expect struct {
 	Pos         spec.Pos
-	Route       *node            // [step, ...]: the steps whose handler returned, in order
-	Outputs     map[string]*node // queue or exchange → [payload, ...]
+	Route       *spec.Node            // [step, ...]: the steps whose handler returned, in order
+	Outputs     map[string]*spec.Node // queue or exchange → [payload, ...]
 	outputKeys  []string
-	Replies     *node // [{outcome, payload, stopped_at, error_kind}]
-	Retries     *node // [{queue, attempt, delay}]
-	DeadLetters *node // [{queue, kind, error, payload}]
-	Sagas       *node // [{saga, state, steps: {name: state}, compensations: [...]}]
-	Firings     *node // [{schedule, tick}]
-	Delays      *node // [{to, due}]
+	Replies     *spec.Node // [{outcome, payload, stopped_at, error_kind}]
+	Retries     *spec.Node // [{queue, attempt, delay}]
+	DeadLetters *spec.Node // [{queue, kind, error, payload}]
+	Sagas       *spec.Node // [{saga, state, steps: {name: state}, compensations: [...]}]
+	Firings     *spec.Node // [{schedule, tick}]
+	Delays      *spec.Node // [{to, due}]
 }
 
-func (r *reader) expect(n *node) *Expect {
-	e := &Expect{Pos: n.pos, Outputs: map[string]*node{}}
-	if n.kind != kMap {
-		r.errorf(n.pos, "write expect as a mapping: route, outputs, replies, retries, dead_letters, sagas, firings, delays", "expect is a mapping")
+func (r *reader) expect(n *spec.Node) *Expect {
+	e := &Expect{Pos: n.Pos(), Outputs: map[string]*spec.Node{}}
+	if !n.IsMap() {
+		r.errorf(n.Pos(), "write expect as a mapping: route, outputs, replies, retries, dead_letters, sagas, firings, delays", "expect is a mapping")
 		return e
 	}
 	r.keys(n, "expect", "route", "outputs", "replies", "retries", "dead_letters", "sagas", "firings", "delays")
-	seq := func(k string) *node {
-		v := n.get(k)
+	seq := func(k string) *spec.Node {
+		v := n.Get(k)
 		if v == nil {
 			return nil
 		}
-		if v.kind == kScalar && v.value == nil {
-			return &node{kind: kSeq, pos: v.pos, ast: v.ast}
+		if v.IsScalar() && v.Value() == nil {
+			return v // null: an empty list
 		}
-		if v.kind != kSeq {
-			r.errorf(v.pos, "write a list; [] expects none", "%s is a list", k)
+		if !v.IsSeq() {
+			r.errorf(v.Pos(), "write a list; [] expects none", "%s is a list", k)
 			return nil
 		}
 		return v
 	}
 	e.Route, e.Replies, e.Retries = seq("route"), seq("replies"), seq("retries")
 	e.DeadLetters, e.Sagas, e.Firings, e.Delays = seq("dead_letters"), seq("sagas"), seq("firings"), seq("delays")
-	if o := n.get("outputs"); o != nil {
-		if o.kind != kMap {
-			r.errorf(o.pos, "map a queue or exchange to the payloads it got, [] for none", "outputs is a mapping")
+	if o := n.Get("outputs"); o != nil {
+		if !o.IsMap() {
+			r.errorf(o.Pos(), "map a queue or exchange to the payloads it got, [] for none", "outputs is a mapping")
 		}
-		for i, k := range o.keys {
-			v := o.vals[i]
-			if v.kind != kSeq {
-				if v.kind == kScalar && v.value == nil {
-					v = &node{kind: kSeq, pos: v.pos, ast: v.ast}
-				} else {
-					r.errorf(v.pos, "write a list of payloads; [] expects none", "outputs of %v is a list", k.value)
-					continue
-				}
+		for i, k := range o.Keys() {
+			v := o.Vals()[i]
+			if !v.IsSeq() && (!v.IsScalar() || v.Value() != nil) { // null: an empty list
+				r.errorf(v.Pos(), "write a list of payloads; [] expects none", "outputs of %v is a list", k.Value())
+				continue
 			}
-			name := fmt.Sprint(k.value)
+			name := fmt.Sprint(k.Value())
 			e.Outputs[name] = v
 			e.outputKeys = append(e.outputKeys, name)
 		}
 	}
-	for _, l := range []*node{e.Replies, e.Retries, e.DeadLetters, e.Sagas, e.Firings, e.Delays} {
+	for _, l := range []*spec.Node{e.Replies, e.Retries, e.DeadLetters, e.Sagas, e.Firings, e.Delays} {
 		if l == nil {
 			continue
 		}
-		for _, it := range l.items {
-			if it.kind != kMap {
-				r.errorf(it.pos, "write each item as a mapping", "a list item here is a mapping")
+		for _, it := range l.Items() {
+			if !it.IsMap() {
+				r.errorf(it.Pos(), "write each item as a mapping", "a list item here is a mapping")
 			}
 		}
 	}
 	if e.Retries != nil {
-		for _, it := range e.Retries.items {
-			if d := it.get("delay"); d != nil {
+		for _, it := range e.Retries.Items() {
+			if d := it.Get("delay"); d != nil {
 				r.duration(d, "delay")
 			}
 		}
@@ -95,7 +91,7 @@ type Failure struct {
 	// update, when set, is the text that makes the expectation hold
 	// (--update), replacing the node at.
 	update any
-	at     *node
+	at     *spec.Node
 }
 
 func (f Failure) Message() string {

@@ -29,7 +29,7 @@ type File struct {
 	Start time.Time
 	Cases []*Case
 	src   []byte
-	root  *node
+	root  *spec.Node
 }
 
 // Case is one test of a file: the handlers' outcomes, the steps it takes
@@ -127,6 +127,9 @@ func Load(paths ...string) ([]*File, spec.Diagnostics) {
 	return out, ds
 }
 
+// yamlKind names a test file in spec.ReadYAML's diagnostics.
+var yamlKind = spec.YAMLKind{Name: "a test file", Empty: "start it with `version: " + Version + "`", One: "keep one document a file: a test file holds its cases"}
+
 // ReadFile reads one test file.
 func ReadFile(path string) (*File, spec.Diagnostics) {
 	data, err := os.ReadFile(path)
@@ -139,9 +142,9 @@ func ReadFile(path string) (*File, spec.Diagnostics) {
 // Parse reads a test file's text; path names it in diagnostics and is where
 // its flows and payload files are found from.
 func Parse(path string, data []byte) (*File, spec.Diagnostics) {
-	root, err := parseYAML(path, data)
-	if err != nil {
-		return nil, spec.Diagnostics{{Pos: spec.Pos{File: path, Line: 1, Col: 1}, Severity: spec.Error, Code: "yaml-syntax", Msg: err.Error()}}
+	root, ds := spec.ReadYAML(path, data, yamlKind)
+	if root == nil {
+		return nil, ds
 	}
 	r := &reader{file: path, dir: filepath.Dir(path)}
 	f := r.file1(root)
@@ -168,33 +171,33 @@ func (r *reader) errorf(pos spec.Pos, hint, format string, args ...any) {
 }
 
 // keys refuses keys of mapping n that are not among allowed.
-func (r *reader) keys(n *node, what string, allowed ...string) {
-	for _, k := range n.keys {
-		if s, _ := k.value.(string); !slices.Contains(allowed, s) {
-			r.errorf(k.pos, "use one of: "+strings.Join(allowed, ", "), "unknown key %q in %s", fmt.Sprint(k.value), what)
+func (r *reader) keys(n *spec.Node, what string, allowed ...string) {
+	for _, k := range n.Keys() {
+		if s, _ := k.Value().(string); !slices.Contains(allowed, s) {
+			r.errorf(k.Pos(), "use one of: "+strings.Join(allowed, ", "), "unknown key %q in %s", fmt.Sprint(k.Value()), what)
 		}
 	}
 }
 
-func (r *reader) file1(root *node) *File {
-	if root == nil || root.kind != kMap {
+func (r *reader) file1(root *spec.Node) *File {
+	if root == nil || !root.IsMap() {
 		r.errorf(spec.Pos{File: r.file, Line: 1, Col: 1}, "start it with `version: "+Version+"` and `cases:`", "a test file is a mapping")
 		return nil
 	}
 	r.keys(root, "a test file", "version", "flows", "start", "cases")
 	f := &File{Path: r.file, Start: DefaultStart}
-	if v, _ := root.get("version").str(); v != Version {
-		pos := root.pos
-		if n := root.get("version"); n != nil {
-			pos = n.pos
+	if v, _ := root.Get("version").Str(); v != Version {
+		pos := root.Pos()
+		if n := root.Get("version"); n != nil {
+			pos = n.Pos()
 		}
 		r.errorf(pos, "write `version: "+Version+"`", "the test file's version is %q, not %s", v, Version)
 	}
-	if n := root.get("flows"); n != nil {
+	if n := root.Get("flows"); n != nil {
 		for _, it := range r.list(n) {
-			s, ok := it.str()
+			s, ok := it.Str()
 			if !ok {
-				r.errorf(it.pos, "name a flow file or folder relative to the test file", "flows lists paths")
+				r.errorf(it.Pos(), "name a flow file or folder relative to the test file", "flows lists paths")
 				continue
 			}
 			f.Flows = append(f.Flows, r.rel(s))
@@ -203,21 +206,21 @@ func (r *reader) file1(root *node) *File {
 	if len(f.Flows) == 0 {
 		f.Flows = []string{r.dir}
 	}
-	if n := root.get("start"); n != nil {
-		s, _ := n.str()
+	if n := root.Get("start"); n != nil {
+		s, _ := n.Str()
 		t, err := time.Parse(time.RFC3339, s)
 		if err != nil {
-			r.errorf(n.pos, "write an RFC 3339 time, 2026-01-01T00:00:00Z", "start %q is not a time", s)
+			r.errorf(n.Pos(), "write an RFC 3339 time, 2026-01-01T00:00:00Z", "start %q is not a time", s)
 		}
 		f.Start = t.UTC()
 	}
-	cs := root.get("cases")
-	if cs == nil || cs.kind != kSeq || len(cs.items) == 0 {
-		r.errorf(root.pos, "add `cases:`, a list of cases each with a name", "the test file has no cases")
+	cs := root.Get("cases")
+	if cs == nil || !cs.IsSeq() || len(cs.Items()) == 0 {
+		r.errorf(root.Pos(), "add `cases:`, a list of cases each with a name", "the test file has no cases")
 		return f
 	}
 	names := map[string]bool{}
-	for _, cn := range cs.items {
+	for _, cn := range cs.Items() {
 		c := r.case1(cn)
 		if c == nil {
 			continue
@@ -239,72 +242,72 @@ func (r *reader) rel(p string) string {
 }
 
 // list is n's items, or n itself when it is not a sequence.
-func (r *reader) list(n *node) []*node {
+func (r *reader) list(n *spec.Node) []*spec.Node {
 	if n == nil {
 		return nil
 	}
-	if n.kind == kSeq {
-		return n.items
+	if n.IsSeq() {
+		return n.Items()
 	}
-	return []*node{n}
+	return []*spec.Node{n}
 }
 
-func (r *reader) case1(n *node) *Case {
-	if n.kind != kMap {
-		r.errorf(n.pos, "write a case as a mapping with name, handlers, steps and expect", "a case is a mapping")
+func (r *reader) case1(n *spec.Node) *Case {
+	if !n.IsMap() {
+		r.errorf(n.Pos(), "write a case as a mapping with name, handlers, steps and expect", "a case is a mapping")
 		return nil
 	}
 	r.keys(n, "a case", "name", "handlers", "steps", "expect")
-	c := &Case{Pos: n.pos, Handlers: map[string]*Handler{}}
-	c.Name, _ = n.get("name").str()
+	c := &Case{Pos: n.Pos(), Handlers: map[string]*Handler{}}
+	c.Name, _ = n.Get("name").Str()
 	if c.Name == "" {
-		r.errorf(n.pos, "name it with a sentence saying what it shows", "a case has no name")
+		r.errorf(n.Pos(), "name it with a sentence saying what it shows", "a case has no name")
 	}
-	if hs := n.get("handlers"); hs != nil {
-		if hs.kind != kMap {
-			r.errorf(hs.pos, "map each handler (plugin.handler, or a consumer's id or queue) to its outcomes", "handlers is a mapping")
+	if hs := n.Get("handlers"); hs != nil {
+		if !hs.IsMap() {
+			r.errorf(hs.Pos(), "map each handler (plugin.handler, or a consumer's id or queue) to its outcomes", "handlers is a mapping")
 		}
-		for i, k := range hs.keys {
-			key := fmt.Sprint(k.value)
-			h := &Handler{Key: key, Pos: k.pos}
-			for _, on := range r.list(hs.vals[i]) {
+		for i, k := range hs.Keys() {
+			key := fmt.Sprint(k.Value())
+			h := &Handler{Key: key, Pos: k.Pos()}
+			for _, on := range r.list(hs.Vals()[i]) {
 				h.Outcomes = append(h.Outcomes, r.outcome(on)...)
 			}
 			c.Handlers[key] = h
 		}
 	}
-	sn := n.get("steps")
-	if sn == nil || sn.kind != kSeq || len(sn.items) == 0 {
-		r.errorf(n.pos, "add `steps:`, with a send and `run: until_idle`", "case %q has no steps", c.Name)
+	sn := n.Get("steps")
+	if sn == nil || !sn.IsSeq() || len(sn.Items()) == 0 {
+		r.errorf(n.Pos(), "add `steps:`, with a send and `run: until_idle`", "case %q has no steps", c.Name)
 	} else {
-		for _, st := range sn.items {
+		for _, st := range sn.Items() {
 			if s := r.step(st); s != nil {
 				c.Steps = append(c.Steps, s)
 			}
 		}
 	}
-	if en := n.get("expect"); en != nil {
+	if en := n.Get("expect"); en != nil {
 		c.Expect = r.expect(en)
 	}
 	return c
 }
 
-func (r *reader) duration(n *node, what string) time.Duration {
-	s, ok := n.str()
+func (r *reader) duration(n *spec.Node, what string) time.Duration {
+	s, ok := n.Str()
 	if !ok {
-		r.errorf(n.pos, "write a duration such as 30s, 5m or 1h", "%s is not a duration", what)
+		r.errorf(n.Pos(), "write a duration such as 30s, 5m or 1h", "%s is not a duration", what)
 		return 0
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil || d < 0 {
-		r.errorf(n.pos, "write a duration such as 30s, 5m or 1h", "%s %q is not a duration", what, s)
+		r.errorf(n.Pos(), "write a duration such as 30s, 5m or 1h", "%s %q is not a duration", what, s)
 	}
 	return d
 }
 
-func (r *reader) outcome(n *node) []Outcome {
-	o := Outcome{Pos: n.pos}
-	if s, ok := n.str(); ok {
+func (r *reader) outcome(n *spec.Node) []Outcome {
+	o := Outcome{Pos: n.Pos()}
+	if s, ok := n.Str(); ok {
 		switch s {
 		case "echo", "return":
 			return []Outcome{o}
@@ -312,22 +315,22 @@ func (r *reader) outcome(n *node) []Outcome {
 			o.Stop = true
 			return []Outcome{o}
 		}
-		r.errorf(n.pos, "write echo, stop, or a mapping: return, fail, fatal or sleep", "unknown outcome %q", s)
+		r.errorf(n.Pos(), "write echo, stop, or a mapping: return, fail, fatal or sleep", "unknown outcome %q", s)
 		return nil
 	}
-	if n.kind != kMap || len(n.keys) != 1 {
-		r.errorf(n.pos, "write one of: echo, stop, {return: PAYLOAD}, {fail: {times: N, error: TEXT}}, {fatal: TEXT}, {sleep: 90s}", "an outcome is one of return, stop, fail, fatal or sleep")
+	if !n.IsMap() || len(n.Keys()) != 1 {
+		r.errorf(n.Pos(), "write one of: echo, stop, {return: PAYLOAD}, {fail: {times: N, error: TEXT}}, {fatal: TEXT}, {sleep: 90s}", "an outcome is one of return, stop, fail, fatal or sleep")
 		return nil
 	}
-	v := n.vals[0]
-	switch n.keys[0].value {
+	v := n.Vals()[0]
+	switch n.Keys()[0].Value() {
 	case "return":
-		raw, _ := json.Marshal(v.toJSON())
+		raw, _ := json.Marshal(v.JSON())
 		o.Return, o.hasReturn = raw, true
 	case "stop":
 		o.Stop = true
 	case "fatal":
-		o.Fatal, _ = v.str()
+		o.Fatal, _ = v.Str()
 		if o.Fatal == "" {
 			o.Fatal = "fatal failure"
 		}
@@ -336,18 +339,18 @@ func (r *reader) outcome(n *node) []Outcome {
 	case "fail":
 		times := 1
 		o.Fail = "failure"
-		if s, ok := v.str(); ok {
+		if s, ok := v.Str(); ok {
 			o.Fail = s
-		} else if v.kind == kMap {
+		} else if v.IsMap() {
 			r.keys(v, "fail", "times", "error")
-			if t := v.get("times"); t != nil {
-				i, ok := t.value.(int64)
+			if t := v.Get("times"); t != nil {
+				i, ok := t.Value().(int64)
 				if !ok || i < 1 {
-					r.errorf(t.pos, "write a whole number, 1 or more", "fail's times is not a count")
+					r.errorf(t.Pos(), "write a whole number, 1 or more", "fail's times is not a count")
 				}
 				times = int(i)
 			}
-			if e, ok := v.get("error").str(); ok {
+			if e, ok := v.Get("error").Str(); ok {
 				o.Fail = e
 			}
 		}
@@ -357,68 +360,68 @@ func (r *reader) outcome(n *node) []Outcome {
 		}
 		return out
 	default:
-		r.errorf(n.keys[0].pos, "write return, stop, fail, fatal or sleep", "unknown outcome %q", fmt.Sprint(n.keys[0].value))
+		r.errorf(n.Keys()[0].Pos(), "write return, stop, fail, fatal or sleep", "unknown outcome %q", fmt.Sprint(n.Keys()[0].Value()))
 		return nil
 	}
 	return []Outcome{o}
 }
 
-func (r *reader) step(n *node) *Step {
-	s := &Step{Pos: n.pos}
-	if n.kind != kMap || len(n.keys) != 1 {
-		r.errorf(n.pos, "write one of: send, advance, run: until_idle, expect", "a step is a mapping with one key")
+func (r *reader) step(n *spec.Node) *Step {
+	s := &Step{Pos: n.Pos()}
+	if !n.IsMap() || len(n.Keys()) != 1 {
+		r.errorf(n.Pos(), "write one of: send, advance, run: until_idle, expect", "a step is a mapping with one key")
 		return nil
 	}
-	v := n.vals[0]
-	switch n.keys[0].value {
+	v := n.Vals()[0]
+	switch n.Keys()[0].Value() {
 	case "send":
 		s.Send = r.send(v)
 	case "advance":
 		s.Advance = r.duration(v, "advance")
 	case "run":
-		if x, _ := v.str(); x != "until_idle" {
-			r.errorf(v.pos, "write `run: until_idle`", "run %q is not until_idle", x)
+		if x, _ := v.Str(); x != "until_idle" {
+			r.errorf(v.Pos(), "write `run: until_idle`", "run %q is not until_idle", x)
 		}
 		s.Idle = true
 	case "expect":
 		s.Expect = r.expect(v)
 	default:
-		r.errorf(n.keys[0].pos, "write send, advance, run or expect", "unknown step %q", fmt.Sprint(n.keys[0].value))
+		r.errorf(n.Keys()[0].Pos(), "write send, advance, run or expect", "unknown step %q", fmt.Sprint(n.Keys()[0].Value()))
 		return nil
 	}
 	return s
 }
 
-func (r *reader) send(n *node) *Send {
-	s := &Send{Pos: n.pos}
-	if n.kind != kMap {
-		r.errorf(n.pos, "write {pipeline: NAME, payload: {...}}", "send is a mapping")
+func (r *reader) send(n *spec.Node) *Send {
+	s := &Send{Pos: n.Pos()}
+	if !n.IsMap() {
+		r.errorf(n.Pos(), "write {pipeline: NAME, payload: {...}}", "send is a mapping")
 		return s
 	}
 	r.keys(n, "send", "pipeline", "itinerary", "saga", "exchange", "routing_key", "queue", "payload", "file", "reply_to", "in", "message_id")
-	str := func(k string) string { v, _ := n.get(k).str(); return v }
+	str := func(k string) string { v, _ := n.Get(k).Str(); return v }
 	s.Target = decide.Target{Pipeline: str("pipeline"), Itinerary: str("itinerary"), Saga: str("saga"), Exchange: str("exchange"), RoutingKey: str("routing_key")}
 	s.Queue, s.ReplyTo, s.ID = str("queue"), str("reply_to"), str("message_id")
 	if s.Target == (decide.Target{}) && s.Queue == "" {
-		r.errorf(n.pos, "say where: pipeline, itinerary, saga, queue, or exchange with routing_key", "send names no destination")
+		r.errorf(n.Pos(), "say where: pipeline, itinerary, saga, queue, or exchange with routing_key", "send names no destination")
 	}
-	if in := n.get("in"); in != nil {
+	if in := n.Get("in"); in != nil {
 		s.In = r.duration(in, "in")
 	}
-	switch p, fn := n.get("payload"), n.get("file"); {
+	switch p, fn := n.Get("payload"), n.Get("file"); {
 	case p != nil && fn != nil:
-		r.errorf(fn.pos, "keep one of them", "send has both payload and file")
+		r.errorf(fn.Pos(), "keep one of them", "send has both payload and file")
 	case p != nil:
-		if txt, ok := p.str(); ok && json.Valid([]byte(txt)) && strings.ContainsAny(strings.TrimSpace(txt)[:1], "{[") {
+		if txt, ok := p.Str(); ok && json.Valid([]byte(txt)) && strings.ContainsAny(strings.TrimSpace(txt)[:1], "{[") {
 			s.Payload = []byte(txt)
 		} else {
-			s.Payload, _ = json.Marshal(p.toJSON())
+			s.Payload, _ = json.Marshal(p.JSON())
 		}
 	case fn != nil:
-		name, _ := fn.str()
+		name, _ := fn.Str()
 		data, err := os.ReadFile(r.rel(name))
 		if err != nil {
-			r.errorf(fn.pos, "name a JSON file relative to the test file", "payload file %s cannot be read: %v", name, err)
+			r.errorf(fn.Pos(), "name a JSON file relative to the test file", "payload file %s cannot be read: %v", name, err)
 		}
 		s.Payload = data
 	default:

@@ -9,6 +9,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v5"
 
 	"github.com/acemq/acemq-flow/schemas"
+	"github.com/acemq/acemq-flow/spec"
 )
 
 // TestSchemaAcceptsTheTestFiles: the editors' schema takes every test file
@@ -33,16 +34,16 @@ func TestSchemaAcceptsTheTestFiles(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		root, err := parseYAML(fp, data)
-		if err != nil {
-			t.Fatal(err)
+		root, ds := spec.ReadYAML(fp, data, yamlKind)
+		if ds.HasErrors() {
+			t.Fatal(ds)
 		}
-		if err := sch.Validate(root.toJSON()); err != nil {
+		if err := sch.Validate(root.JSON()); err != nil {
 			t.Errorf("flowtest.schema.json refuses %s: %v", fp, err)
 		}
 	}
-	bad, _ := parseYAML("bad", []byte("version: acemq.flowtest/v1\ncases: [{name: x, steps: [{run: until_idle}], expects: {}}]\n"))
-	if err := sch.Validate(bad.toJSON()); err == nil {
+	bad, _ := spec.ReadYAML("bad", []byte("version: acemq.flowtest/v1\ncases: [{name: x, steps: [{run: until_idle}], expects: {}}]\n"), yamlKind)
+	if err := sch.Validate(bad.JSON()); err == nil {
 		t.Errorf("flowtest.schema.json accepts a case with the key expects, want it refused")
 	}
 }

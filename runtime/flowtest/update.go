@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/acemq/acemq-flow/spec"
 )
 
 // Update rewrites, in f's text, every expected list a failure says differs
@@ -22,9 +24,9 @@ func Update(f *File, failures []Failure) ([]byte, int) {
 		text       string
 	}
 	var spans []span
-	seen := map[*node]bool{}
+	seen := map[*spec.Node]bool{}
 	for _, fl := range failures {
-		if fl.at == nil || seen[fl.at] || fl.at.pos.Line == 0 {
+		if fl.at == nil || seen[fl.at] || fl.at.Pos().Line == 0 {
 			continue
 		}
 		seen[fl.at] = true
@@ -39,7 +41,7 @@ func Update(f *File, failures []Failure) ([]byte, int) {
 			for i, it := range items {
 				lines[i] = "- " + flowYAML(it)
 			}
-			text = strings.Join(lines, "\n"+strings.Repeat(" ", fl.at.pos.Col-1))
+			text = strings.Join(lines, "\n"+strings.Repeat(" ", fl.at.Pos().Col-1))
 		}
 		spans = append(spans, span{start, end, text})
 	}
@@ -73,8 +75,8 @@ func WriteUpdate(f *File, failures []Failure) (int, error) {
 
 // nodeSpan is the bytes n takes in src: from its first character to its
 // closing bracket, for a flow list, or to the end of its last line.
-func nodeSpan(src []byte, n *node) (start, end int, ok bool) {
-	start = offset(src, n.pos.Line, n.pos.Col)
+func nodeSpan(src []byte, n *spec.Node) (start, end int, ok bool) {
+	start = offset(src, n.Pos().Line, n.Pos().Col)
 	if start < 0 || start >= len(src) {
 		return 0, 0, false
 	}
@@ -84,7 +86,7 @@ func nodeSpan(src []byte, n *node) (start, end int, ok bool) {
 		return 0, 0, false
 	}
 	maxLine := lastLine(n)
-	line := n.pos.Line
+	line := n.Pos().Line
 	depth := 0
 	var quote byte
 	for i := start; i < len(src); i++ {
@@ -118,9 +120,9 @@ func nodeSpan(src []byte, n *node) (start, end int, ok bool) {
 	return start, len(src), true
 }
 
-func lastLine(n *node) int {
-	l := n.pos.Line
-	for _, c := range append(append(slices.Clone(n.keys), n.vals...), n.items...) {
+func lastLine(n *spec.Node) int {
+	l := n.Pos().Line
+	for _, c := range append(append(slices.Clone(n.Keys()), n.Vals()...), n.Items()...) {
 		l = max(l, lastLine(c))
 	}
 	return l
