@@ -55,6 +55,7 @@ type group struct {
 	gate      *claimGate // nil unless the consumer is idempotent
 	route     []string   // the pipeline's declared route, for steps
 	saga      *sagaCall  // nil unless the consumer serves a saga
+	uses      []string   // the stores whose outage pauses the group (infra.go)
 
 	counts   map[string]*atomic.Int64
 	inflight atomic.Int64
@@ -118,12 +119,13 @@ func (r *Runtime) newGroup(c *plan.Consumer) *group {
 	if c.Saga != "" {
 		g.saga = g.newSagaCall()
 	}
+	g.uses = g.needs()
 	g.step = g.steps()
 	g.publisher = func(exchange string) publisher { return r.publisherFor(exchange) }
 	return g
 }
 
-var outcomes = []string{decide.OutcomeAcknowledged, decide.OutcomeStopped, decide.OutcomeRetried, decide.OutcomeDeadLettered, decide.OutcomeDuplicate, decide.OutcomeInProgress, OutcomeRejected}
+var outcomes = []string{decide.OutcomeAcknowledged, decide.OutcomeStopped, decide.OutcomeRetried, decide.OutcomeDeadLettered, decide.OutcomeDuplicate, decide.OutcomeInProgress, decide.OutcomeHeld, OutcomeRejected}
 
 // OutcomeRejected counts deliveries handed back to the broker (requeued)
 // because what they produced could not be published.
@@ -341,8 +343,14 @@ func (g *group) setPrefetch(n int) error {
 // handle runs one delivery through the group's step (its wrappers: the
 // payload checks, the claim gate, the call; see step.go), then publishes
 // what the decision says and acknowledges only once every publish is
-// confirmed.
+// confirmed. While a store the group uses is unavailable, it waits first
+// (infra.go): the group takes nothing it could not handle.
 func (g *group) handle(ctx context.Context, bd *broker.Delivery) {
+	if !g.r.outages.wait(ctx, g.uses) {
+		// Stopped while paused: the delivery goes back untouched.
+		_ = bd.Nack(true)
+		return
+	}
 	g.inflight.Add(1)
 	g.mInflight.Inc()
 	d := &delivery{in: decide.InboundOf(wire.Message(&bd.Delivery)), received: time.Now()}
@@ -541,7 +549,7 @@ func (g *group) count(outcome string) {
 // spins and ends in .dlq with a reason if it never gets through. A retry
 // its rung refuses is dead-lettered; a dead-letter .dlq refuses is parked
 // in .parked with both reasons. What none of these take (an in-progress
-// delivery whose rung refuses it, a message .parked refuses too) goes back
+// or held delivery whose rung refuses it, a message .parked refuses too) goes back
 // to its queue after holdBeforeRequeue, logged as an error: requeued at
 // once, it would come straight back and fail the same way. Anything else
 // (the connection lost, the runtime stopping) leaves the message to the
@@ -557,7 +565,7 @@ func (g *group) publishFailed(ctx context.Context, d *broker.Delivery, in decide
 		g.log.Error("dead-letter queue refused the message; parking it", "message_id", in.Env.MessageID, "queue", plan.DeadLetterQueue(g.c.Queue), "error", err)
 		g.carryOut(ctx, d, in, decide.Park(g.c, dec, err), t)
 		return
-	case dec.Outcome == decide.OutcomeDeadLettered || dec.Outcome == decide.OutcomeInProgress:
+	case dec.Outcome == decide.OutcomeDeadLettered || dec.Outcome == decide.OutcomeInProgress || dec.Outcome == decide.OutcomeHeld:
 		g.release(ctx, t)
 		g.log.Error("message could be neither dead-lettered nor parked nor delayed; it goes back to its queue after a wait",
 			"message_id", in.Env.MessageID, "outcome", dec.Outcome, "wait", holdBeforeRequeue, "error", err)

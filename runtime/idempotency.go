@@ -30,12 +30,12 @@ import (
 //
 //     Any other err is a failure of the store (a lock timeout, a lost
 //     connection): nothing was decided, and it is never read as a state. Do
-//     not acknowledge and do not call the handler. Either nack with requeue,
-//     or (better) treat it as a retryable failure of the delivery: the
-//     Decide retry decision backs off through the ladder, whereas a requeue
-//     comes back at once and, on a quorum queue, counts against
-//     x-delivery-limit, so a store outage of a few seconds would
-//     dead-letter every message in flight.
+//     not acknowledge and do not call the handler, and never requeue: a
+//     requeue comes back at once and, on a quorum queue, counts against
+//     x-delivery-limit. The store's outage (stores.ErrUnavailable) is not
+//     the message's fault: hold it (decide.Hold, no attempt spent) and
+//     pause the consumer until the store answers (infra.go). Any other
+//     failure is a retryable failure of the delivery, through the ladder.
 //
 //     state AlreadyConfirmed: a previous delivery was handled. Acknowledge
 //     without calling the handler and without publishing anything; count
@@ -74,7 +74,9 @@ import (
 //     result. Acknowledge anyway (this delivery's output is already
 //     confirmed) and log a warning that names the claim timeout.
 //
-//     Confirm failed (any other error): acknowledge anyway and log it. The
+//     Confirm failed (any other error, or the store's outage outlasting
+//     the tries Confirm makes within the lease): acknowledge anyway and
+//     log it. The
 //     output is already confirmed at the broker, so a nack would only make
 //     the message come round as InProgress for the whole lease and then be
 //     handled, and its output published, a second time. Unconfirmed, the
@@ -212,12 +214,17 @@ func (g *claimGate) Begin(ctx context.Context, messageID string) (Ticket, stores
 // stores.ErrStaleClaim when the claim was taken over by another delivery,
 // and any other error when the store failed. It completes even if ctx is
 // cancelled (within a bound of its own): a confirm that is given up leaves
-// a claim that blocks duplicates until its lease ends.
+// a claim that blocks duplicates until its lease ends. A confirm the
+// store's outage interrupts is tried again until the lease ends.
 func (g *claimGate) Confirm(ctx context.Context, t Ticket) error {
 	if t.Token == 0 {
 		return fmt.Errorf("consumer %q: confirm %q: the ticket holds no claim (only a Claimed answer is confirmed)", g.consumer, t.Key)
 	}
-	refused, err := g.confirms.do(context.WithoutCancel(ctx), stores.Held{Key: t.Key, Token: t.Token})
+	var refused error
+	err := g.untilLease(ctx, t, func() (err error) {
+		refused, err = g.confirms.do(context.WithoutCancel(ctx), stores.Held{Key: t.Key, Token: t.Token})
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("consumer %q: confirm %q: %w", g.consumer, t.Key, err)
 	}
@@ -236,12 +243,51 @@ func (g *claimGate) Release(ctx context.Context, t Ticket) error {
 	if t.Token == 0 {
 		return fmt.Errorf("consumer %q: release %q: the ticket holds no claim", g.consumer, t.Key)
 	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), gateOpTimeout)
-	defer cancel()
-	if err := g.store.Release(rctx, t.Key, t.Token); err != nil {
+	err := g.untilLease(ctx, t, func() error {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), gateOpTimeout)
+		defer cancel()
+		return g.store.Release(rctx, t.Key, t.Token)
+	})
+	if err != nil {
 		return fmt.Errorf("consumer %q: release: %w", g.consumer, err)
 	}
 	return nil
+}
+
+// Backoff of a confirm or release the store's outage interrupted.
+const (
+	gateRetryFirst = 50 * time.Millisecond
+	gateRetryMax   = time.Second
+)
+
+// untilLease calls op, and again, with backoff, for as long as it fails
+// with the store's outage (stores.ErrUnavailable: the connection dropped
+// under it, the server restarting) and another try can still come before
+// the lease of t ends, or until ctx ends (the runtime drains). Both confirm
+// and release are safe to repeat (the same token confirms again; a release
+// repeated is refused as stale): without this a claim whose confirm met a
+// dropped connection stayed claimed, and its duplicates in progress, until
+// its lease ended (S11 of the reliability suite).
+func (g *claimGate) untilLease(ctx context.Context, t Ticket, op func() error) error {
+	end := t.Until
+	if end.IsZero() {
+		end = time.Now().Add(max(g.lease, gateOpTimeout))
+	}
+	wait := gateRetryFirst
+	for {
+		err := op()
+		if err == nil || !errors.Is(err, stores.ErrUnavailable) || time.Now().Add(wait).After(end) {
+			return err
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			timer.Stop()
+			return err
+		}
+		wait = min(2*wait, gateRetryMax)
+	}
 }
 
 // releaseAbandoned releases claims granted to callers that stopped waiting

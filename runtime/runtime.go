@@ -112,6 +112,7 @@ type Runtime struct {
 	stopOnce sync.Once
 	wg       sync.WaitGroup // every consumer goroutine
 	metrics  *metrics
+	outages  *outages // the runtime's stores found unavailable (infra.go)
 	paused   []string // groups stopped by Pause, started again by Resume
 	pauseMu  sync.Mutex
 	scaleMu  sync.Mutex // one Scale at a time: the consumer limit is checked across groups
@@ -158,6 +159,7 @@ func New(pl *plan.Plan, opts Options) (*Runtime, error) {
 	}
 	r := &Runtime{plan: pl, opts: opts, log: opts.Log, routes: map[string][]string{}, groups: map[string]*group{},
 		plugins: map[string]*host.Plugin{}, metrics: newMetrics(), started: make(chan struct{}), stopping: make(chan struct{})}
+	r.outages = newOutages(r)
 	for _, p := range pl.Pipelines {
 		r.routes[p.Name] = p.Route
 	}
@@ -216,9 +218,10 @@ func Supported(pl *plan.Plan) error {
 // connections are up, not blocked by the broker (a resource alarm) and
 // proven alive since the process last ran (broker.Health): after a freeze
 // longer than the heartbeat the runtime is not ready until the broker has
-// been heard from again, or the connections were redialled.
+// been heard from again, or the connections were redialled. Nor is it
+// ready while one of its stores is unavailable (StoreOutages).
 func (r *Runtime) Ready() bool {
-	if !r.ready.Load() {
+	if !r.ready.Load() || len(r.StoreOutages()) > 0 {
 		return false
 	}
 	hs := r.Connections()

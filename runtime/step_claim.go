@@ -3,8 +3,6 @@ package runtime
 import (
 	"context"
 	"errors"
-	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/acemq/acemq-flow/runtime/decide"
@@ -14,8 +12,9 @@ import (
 // claimStep claims an idempotent delivery's message id before the work
 // (patterns.txt, "Claim, then work, then confirm"): a duplicate is
 // acknowledged without the call, a claim held elsewhere comes round through
-// the 1s rung, and a store failure is a retryable failure of the delivery,
-// never taken as an answer. The claim taken rides on the delivery, to be
+// the 1s rung, and a store failure is never taken as an answer: an outage
+// holds the delivery and pauses the group (infra.go), anything else is a
+// retryable failure of the delivery. The claim taken rides on the delivery, to be
 // confirmed once what the call produced is confirmed by the broker, or
 // released when it failed.
 func (g *group) claimStep(next stepFunc) stepFunc {
@@ -25,7 +24,7 @@ func (g *group) claimStep(next stepFunc) stepFunc {
 		case errors.Is(err, ErrNoMessageID):
 			return decide.DeadLetter(g.c, d.in, decide.KindFatal, err.Error(), time.Now())
 		case err != nil:
-			return decide.Decide(g.c, g.route, d.in, decide.Result{}, fmt.Errorf("idempotency store: %w", err), time.Now(), rand.Float64())
+			return g.storeFailed(d.in, decide.StoreIdempotency, err)
 		case state == stores.AlreadyConfirmed:
 			return decide.Decision{Outcome: decide.OutcomeDuplicate}
 		case state == stores.InProgress:

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/acemq/acemq-flow/runtime/decide"
@@ -20,8 +19,10 @@ import (
 // A reference that cannot be honoured (malformed, a blob that is missing or
 // fails its SHA-256 check) is dead-lettered with kind claim-check, the key
 // in its reason, never retried: no retry brings the blob back. A blob store
-// that fails otherwise (an outage) decides nothing about the message: it is
-// retried through its ladder, the reference unchanged.
+// that fails otherwise decides nothing about the message: an outage
+// (stores.ErrUnavailable) holds it and pauses the group until the store
+// answers (infra.go), any other failure retries it through its ladder, the
+// reference unchanged.
 //
 // A message republished as it arrived (a retry, a dead letter, a park)
 // carries the reference it arrived with, never the body: its blob is
@@ -40,7 +41,7 @@ func (g *group) claimCheckStep(next stepFunc) stepFunc {
 				if lost {
 					return decide.DeadLetter(g.c, orig, decide.ClaimCheckKind, err.Error(), time.Now())
 				}
-				return decide.Retry(g.c, orig, err, time.Now(), rand.Float64())
+				return g.storeFailed(orig, decide.StoreBlobs, err)
 			}
 			m, err := decide.RestoreClaimCheck(orig.Props, ref, body)
 			if err != nil {
@@ -63,7 +64,7 @@ func (g *group) claimCheckStep(next stepFunc) stepFunc {
 			if err != nil {
 				// Nothing is published: the delivery is tried again, as it
 				// arrived, once the store answers.
-				return decide.Retry(g.c, orig, fmt.Errorf("blob store: put the result of %d bytes: %w", len(p.Body), err), time.Now(), rand.Float64())
+				return g.storeFailed(orig, decide.StoreBlobs, fmt.Errorf("put the result of %d bytes: %w", len(p.Body), err))
 			}
 			*p = decide.WithClaimCheck(*p, decide.ClaimCheck{Key: key, Size: int64(len(p.Body)), ContentType: p.ContentType})
 		}
@@ -86,7 +87,7 @@ func (g *group) fetchBlob(ctx context.Context, ref decide.ClaimCheck) (body []by
 	case errors.As(err, &missing), errors.As(err, &corrupt):
 		return nil, true, err
 	case err != nil:
-		return nil, false, fmt.Errorf("blob store: get blob %s: %w", ref.Key, err)
+		return nil, false, fmt.Errorf("get blob %s: %w", ref.Key, err)
 	}
 	return body, false, nil
 }

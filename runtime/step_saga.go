@@ -63,6 +63,9 @@ type sagaCall struct {
 	// ladder, confirmed; nil for a saga without a timeout.
 	publishTimeout func(ctx context.Context, m decide.Message, due time.Time) error
 	log            *slog.Logger // nil discards
+	// outage reports a failure of the store and says whether it was the
+	// store's outage (outages.failed); nil: none is.
+	outage func(store string, err error) bool
 }
 
 // sagaStaleTries bounds how often one delivery reads the instance again
@@ -250,10 +253,16 @@ func (sc *sagaCall) logger() *slog.Logger {
 	return sc.log
 }
 
-// storeFailed retries a delivery whose instance could not be read or
-// written: a failure of the store decides nothing.
+// storeFailed decides a delivery whose instance could not be read or
+// written: a failure of the store decides nothing about it. An outage holds
+// it and pauses the consumers that use the store (infra.go); any other
+// failure retries it through its ladder.
 func (sc *sagaCall) storeFailed(in decide.Inbound, err error, now time.Time) decide.Decision {
-	return decide.Retry(sc.c, in, fmt.Errorf("saga store: %w", err), now, rand.Float64())
+	f := decide.StoreFailure{Store: decide.StoreSaga, Err: err}
+	if sc.outage != nil {
+		f.Unavailable = sc.outage(decide.StoreSaga, err)
+	}
+	return decide.OnStoreFailure(sc.c, in, f, now, rand.Float64())
 }
 
 // sagaToStore is inst as the store keeps it (version left 0: the caller
@@ -287,7 +296,7 @@ func SagaFromStore(rec stores.SagaInstance) decide.SagaInstance {
 func (g *group) newSagaCall() *sagaCall {
 	r := g.r
 	s := r.plan.Saga(g.c.Saga)
-	sc := &sagaCall{saga: s, c: g.c, store: batchSagas(r.opts.Sagas), now: time.Now, call: g.timedCall, log: g.log}
+	sc := &sagaCall{saga: s, c: g.c, store: batchSagas(r.opts.Sagas), now: time.Now, call: g.timedCall, log: g.log, outage: r.outages.failed}
 	if s.Timeout > 0 && r.ladder != nil {
 		sc.publishTimeout = func(ctx context.Context, m decide.Message, due time.Time) error {
 			now := time.Now()

@@ -49,13 +49,21 @@ type Connections interface {
 	Connections() []broker.Health
 }
 
-// Status is what GET /v1/status answers: readiness, and each broker
+// StoreOutages is what a Runtime serves when it also says which of its
+// stores are unavailable (*runtime.Runtime does): /readyz then names them,
+// and /v1/status lists them.
+type StoreOutages interface {
+	StoreOutages() []runtime.StoreOutage
+}
+
+// Status is what GET /v1/status answers: readiness, each broker
 // connection's health, "blocked" with since when while a resource alarm
-// holds it.
+// holds it, and the runtime's stores that are unavailable.
 type Status struct {
-	Ready       bool            `json:"ready"`
-	Why         []string        `json:"why,omitempty"` // why not ready, one sentence a connection
-	Connections []broker.Health `json:"connections"`
+	Ready       bool                  `json:"ready"`
+	Why         []string              `json:"why,omitempty"` // why not ready, one sentence a connection or store
+	Connections []broker.Health       `json:"connections"`
+	Stores      []runtime.StoreOutage `json:"stores_unavailable,omitempty"`
 }
 
 // status builds the Status of r.
@@ -67,6 +75,12 @@ func status(r Runtime) Status {
 	for _, h := range st.Connections {
 		if why := h.Why(); why != "" {
 			st.Why = append(st.Why, why)
+		}
+	}
+	if so, ok := r.(StoreOutages); ok {
+		st.Stores = so.StoreOutages()
+		for _, o := range st.Stores {
+			st.Why = append(st.Why, o.Why())
 		}
 	}
 	return st
