@@ -234,3 +234,45 @@ func (l Ladder) Unroutable(m Message) Message {
 	m.Expiration = ""
 	return to(plan.LadderExchange(DelayLevel(UnroutableRetry)), DelayKey(UnroutableRetry), m)
 }
+
+// StepAddress is where a step's input is published: its pipeline's
+// exchange and the step's routing key.
+type StepAddress struct{ Exchange, RoutingKey string }
+
+// StepDelays are the delays of a plan's steps with `delay:` (FLOW-FORMAT
+// §4), by where their input is published.
+type StepDelays map[StepAddress]time.Duration
+
+// DelayedSteps returns the steps of pl with a delay.
+func DelayedSteps(pl *plan.Plan) StepDelays {
+	out := StepDelays{}
+	for _, c := range pl.Consumers {
+		if c.Kind == plan.KindStep && c.Delay > 0 {
+			out[StepAddress{plan.PipelineExchange(c.Pipeline), c.Step}] = time.Duration(c.Delay)
+		}
+	}
+	return out
+}
+
+// Apply sends what decision dec of a delivery to consumer c publishes to a
+// delayed step into ladder l instead, due the step's delay from now: the
+// previous step acknowledges once that publish is confirmed, as for any
+// output. A delay the ladder cannot hold (the validator refuses those; a
+// plan built otherwise) dead-letters the delivery with the reason. dec's
+// messages are not changed: the decision returned has copies.
+func (ds StepDelays) Apply(l Ladder, c *plan.Consumer, in Inbound, dec Decision, now time.Time) Decision {
+	copied := false
+	for i, p := range dec.Publish {
+		delay, ok := ds[StepAddress{p.Exchange, p.RoutingKey}]
+		if !ok || p.BestEffort {
+			continue
+		}
+		if !copied {
+			dec.Publish, copied = append([]Publish(nil), dec.Publish...), true
+		}
+		if _, _, err := l.Delay(&dec.Publish[i].Message, p.Exchange, p.RoutingKey, now.Add(delay), now); err != nil {
+			return DeadLetter(c, in, KindFatal, fmt.Sprintf("step %q: %v", p.RoutingKey, err), now)
+		}
+	}
+	return dec
+}

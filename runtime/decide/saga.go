@@ -79,7 +79,8 @@ func (i SagaInstance) Ended() bool {
 // then publish Publish, then acknowledge. Outcome is counted (acknowledged,
 // duplicate, dead_lettered) and Reason logged. Run, from SagaStart and
 // SagaAccept, says the handler runs on the delivery in hand; nothing is
-// written or published before it does.
+// written or published before it does. Rung is the retry queue of a
+// delivery retried (SagaAfter), which writes nothing.
 type SagaTransition struct {
 	Outcome  string
 	Write    bool
@@ -87,12 +88,13 @@ type SagaTransition struct {
 	Publish  []Publish
 	Reason   string
 	Run      bool
+	Rung     string
 }
 
 // Decision is the transition as a delivery's decision, for the engine's
 // publish-then-acknowledge path.
 func (t SagaTransition) Decision() Decision {
-	return Decision{Outcome: t.Outcome, Publish: t.Publish, Reason: t.Reason}
+	return Decision{Outcome: t.Outcome, Publish: t.Publish, Reason: t.Reason, Rung: t.Rung}
 }
 
 // SagaInstanceID is the instance a delivery on a saga's queue belongs to:
@@ -476,8 +478,7 @@ func SagaReply(inst SagaInstance, causation string, now time.Time) Publish {
 // instance is written and nothing runs. The instance's requester, if the
 // message names one, is told.
 func sagaDeadLetter(c *plan.Consumer, in Inbound, reason string, now time.Time) SagaTransition {
-	d := DeadLetter(c, in, KindFatal, reason, now)
-	return SagaTransition{Outcome: d.Outcome, Publish: d.Publish, Reason: d.Reason}
+	return sagaTransitionOf(DeadLetter(c, in, KindFatal, reason, now))
 }
 
 // isCompensation reports whether c consumes a compensation queue of s.

@@ -9,7 +9,6 @@ import (
 
 	"github.com/acemq/acemq-flow/runtime/decide"
 	"github.com/acemq/acemq-flow/runtime/plan"
-	"github.com/acemq/acemq-flow/runtime/scheduler"
 )
 
 // Call runs a handler for real (--plugins): the handler's name, the
@@ -72,19 +71,20 @@ func (r *record) delayed(m decide.Message, now time.Time) {
 
 // sim runs one case.
 type sim struct {
-	pl       *plan.Plan
-	c        *Case
-	now      time.Time
-	b        *broker
-	rec      *record
-	routes   map[string][]string // pipeline → declared route
-	sagas    map[string]*decide.SagaInstance
-	comps    map[string][]string // instance → compensations run, in order
-	order    []string            // instances in the order they started
-	claimed  map[string]bool     // idempotent consumer's id and message id, confirmed
-	call     Call
-	timeouts map[string]time.Duration // plugin name → call timeout
-	steps    int
+	pl         *plan.Plan
+	c          *Case
+	now        time.Time
+	b          *broker
+	rec        *record
+	routes     map[string][]string // pipeline → declared route
+	sagas      map[string]*decide.SagaInstance
+	comps      map[string][]string // instance → compensations run, in order
+	order      []string            // instances in the order they started
+	claimed    map[string]bool     // idempotent consumer's id and message id, confirmed
+	stepDelays decide.StepDelays
+	call       Call
+	timeouts   map[string]time.Duration // plugin name → call timeout
+	steps      int
 }
 
 // maxDeliveries bounds one case, so that a flow that loops ends as a
@@ -93,7 +93,7 @@ const maxDeliveries = 100_000
 
 func newSim(pl *plan.Plan, c *Case, start time.Time, call Call) *sim {
 	s := &sim{pl: pl, c: c, now: start, rec: &record{}, routes: map[string][]string{}, sagas: map[string]*decide.SagaInstance{},
-		comps: map[string][]string{}, claimed: map[string]bool{}, call: call, timeouts: map[string]time.Duration{}}
+		comps: map[string][]string{}, claimed: map[string]bool{}, stepDelays: decide.DelayedSteps(pl), call: call, timeouts: map[string]time.Duration{}}
 	s.b = newBroker(pl, s.rec, &s.now)
 	for _, p := range pl.Pipelines {
 		s.routes[p.Name] = p.Route
@@ -107,7 +107,7 @@ func newSim(pl *plan.Plan, c *Case, start time.Time, call Call) *sim {
 // schedules starts the plan's schedules' tickers at the case's start.
 func (s *sim) schedules() error {
 	for _, sc := range s.pl.Schedules {
-		t, err := scheduler.NewTicker(sc.Cron, time.Duration(sc.Every), sc.Timezone)
+		t, err := decide.NewTicker(sc.Cron, time.Duration(sc.Every), sc.Timezone)
 		if err != nil {
 			return fmt.Errorf("%s: schedule %q: %v", sc.At, sc.Name, err)
 		}
@@ -116,19 +116,19 @@ func (s *sim) schedules() error {
 	return nil
 }
 
-func (s *sim) tick(sc plan.Schedule, t scheduler.Ticker, at time.Time) {
+func (s *sim) tick(sc plan.Schedule, t decide.Ticker, at time.Time) {
 	if at.IsZero() {
 		return
 	}
 	s.b.at(at, true, func() error {
-		m, err := scheduler.TickMessage(s.pl, sc, at)
+		m, err := decide.TickMessage(s.pl, sc, at)
 		if err != nil {
 			return err
 		}
 		s.rec.firings = append(s.rec.firings, firingRecord{schedule: sc.Name, tick: at})
 		s.tick(sc, t, t.Next(at))
 		if err := s.b.publish(m); err != nil {
-			return fmt.Errorf("schedule %q fired at %s: %v", sc.Name, scheduler.TickText(at), err)
+			return fmt.Errorf("schedule %q fired at %s: %v", sc.Name, decide.TickText(at), err)
 		}
 		return nil
 	})
@@ -234,7 +234,7 @@ func (s *sim) deliver(ctx context.Context, c *plan.Consumer, m decide.Message) {
 		dec = *d
 	} else {
 		dec = s.claimed1(ctx, c, in, &ran)
-		dec = s.delayed(c, in, dec)
+		dec = s.stepDelays.Apply(s.b.ladder, c, in, dec, s.now)
 		dec = s.destinations(c, in, dec)
 	}
 	s.carryOut(c, in, dec, ran)
@@ -245,12 +245,13 @@ func (s *sim) claimed1(ctx context.Context, c *plan.Consumer, in decide.Inbound,
 	if !c.Idempotent {
 		return s.inner(ctx, c, in, ran)
 	}
-	if in.Env.MessageID == "" {
-		return decide.DeadLetter(c, in, decide.KindFatal, fmt.Sprintf("consumer %q is idempotent and the message has no message id; publish it with a message_id", c.ID), s.now)
-	}
 	key := c.ID + "\x00" + in.Env.MessageID
+	answer := decide.ClaimTaken
 	if s.claimed[key] {
-		return decide.Decision{Outcome: decide.OutcomeDuplicate}
+		answer = decide.ClaimConfirmed
+	}
+	if d := decide.Claimed(c, in, answer, s.now); d != nil {
+		return *d
 	}
 	dec := s.inner(ctx, c, in, ran)
 	if dec.Outcome != decide.OutcomeRetried && dec.Outcome != decide.OutcomeInProgress {
@@ -284,23 +285,6 @@ func stepName(c *plan.Consumer, env decide.Envelope) string {
 	return c.ID
 }
 
-// delayed sends what goes to a step with a delay into the ladder.
-func (s *sim) delayed(c *plan.Consumer, in decide.Inbound, dec decide.Decision) decide.Decision {
-	for i, p := range dec.Publish {
-		if p.BestEffort {
-			continue
-		}
-		for _, dc := range s.pl.Consumers {
-			if dc.Kind == plan.KindStep && dc.Delay > 0 && plan.PipelineExchange(dc.Pipeline) == p.Exchange && dc.Step == p.RoutingKey {
-				if _, _, err := s.b.ladder.Delay(&dec.Publish[i].Message, p.Exchange, p.RoutingKey, s.now.Add(time.Duration(dc.Delay)), s.now); err != nil {
-					return decide.DeadLetter(c, in, decide.KindFatal, fmt.Sprintf("step %q: %v", p.RoutingKey, err), s.now)
-				}
-			}
-		}
-	}
-	return dec
-}
-
 // destinations dead-letters a decision that publishes to an exchange that
 // does not exist, as the engine's destinationStep does.
 func (s *sim) destinations(c *plan.Consumer, in decide.Inbound, dec decide.Decision) decide.Decision {
@@ -309,38 +293,31 @@ func (s *sim) destinations(c *plan.Consumer, in decide.Inbound, dec decide.Decis
 			continue
 		}
 		if _, ok := s.b.exchanges[p.Exchange]; !ok {
-			return decide.DeadLetter(c, in, decide.KindFatal,
-				fmt.Sprintf("exchange %q, where the result goes next (routing key %q), does not exist on the broker; declare it, or correct the routing slip", p.Exchange, p.RoutingKey), s.now)
+			return decide.MissingExchange(c, in, p.Exchange, p.RoutingKey, s.now)
 		}
 	}
 	return dec
 }
 
 // carryOut publishes the decision's messages and records what it did. A
-// publish the broker would refuse is handled as the engine's group does:
-// a refused dead-letter is parked, a refused retry dead-lettered, any
-// other refused result dead-lettered with the reason.
+// publish the broker would refuse is handled as the engine's group does
+// (decide.PublishFailed): a refused dead-letter is parked, a refused retry
+// dead-lettered, any other refused result dead-lettered with the reason.
 func (s *sim) carryOut(c *plan.Consumer, in decide.Inbound, dec decide.Decision, ran string) {
 	for _, p := range dec.Publish {
 		if p.BestEffort {
 			continue
 		}
 		if _, _, err := s.b.targets(p.Message); err != nil {
-			var alt decide.Decision
+			f := decide.PublishFailure{Kind: decide.PublishUnroutable, Err: err}
 			var pe *publishError
-			switch {
-			case dec.Outcome == decide.OutcomeDeadLettered && !dec.Parked:
-				alt = decide.Park(c, dec, err)
-			case dec.Outcome == decide.OutcomeDeadLettered || dec.Outcome == decide.OutcomeInProgress:
-				return // held back: nowhere to go
-			case dec.Outcome == decide.OutcomeRetried:
-				alt = decide.DeadLetter(c, in, decide.KindFatal, fmt.Sprintf("%s; it could not be retried: %s refused it: %v", dec.Reason, dec.Rung, err), s.now)
-			case errors.As(err, &pe) && pe.missing != "":
-				alt = decide.DeadLetter(c, in, decide.KindFatal, fmt.Sprintf("exchange %q, where the result goes next, does not exist on the broker; declare it, or correct the routing slip", pe.missing), s.now)
-			default:
-				alt = decide.DeadLetter(c, in, decide.KindFatal, "the result could not be routed: "+err.Error(), s.now)
+			if errors.As(err, &pe) && pe.missing != "" {
+				f.Kind, f.Exchange = decide.PublishNoExchange, pe.missing
 			}
-			s.carryOut(c, in, alt, "")
+			fb := decide.PublishFailed(c, in, dec, f, s.now, 0)
+			if !fb.Hold { // held back: nowhere to go
+				s.carryOut(c, in, fb.Decision, "")
+			}
 			return
 		}
 	}

@@ -12,7 +12,9 @@
 //     every runtime replica, the store deciding which one.
 //
 // What the ladder does with a message (its routing key and level, what a
-// due message becomes) is decided by runtime/decide (Ladder); the ladder's
+// due message becomes) is decided by runtime/decide (Ladder), and so are a
+// schedule's ticks and what a firing sends (Ticker, PlanTicks,
+// TickMessage), which the flow-test harness runs too; the ladder's
 // topology is runtime/plan's (Ladder). This package carries the decisions
 // out on the broker. It may import plan, decide, broker, wire and stores,
 // never the engine.

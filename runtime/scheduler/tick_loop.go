@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/acemq/acemq-flow/runtime/decide"
 	"github.com/acemq/acemq-flow/runtime/plan"
 	"github.com/acemq/acemq-flow/stores"
 )
@@ -70,7 +71,7 @@ type Schedules struct {
 
 type schedule struct {
 	plan.Schedule
-	ticker Ticker
+	ticker decide.Ticker
 }
 
 // NewSchedules returns the loop of opts.Plan's schedules. It fails, naming
@@ -100,14 +101,14 @@ func NewSchedules(opts SchedulesOptions) (*Schedules, error) {
 	}
 	var errs []error
 	for _, ps := range opts.Plan.Schedules {
-		tk, err := NewTicker(ps.Cron, time.Duration(ps.Every), ps.Timezone)
+		tk, err := decide.NewTicker(ps.Cron, time.Duration(ps.Every), ps.Timezone)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("schedule %q (%s): %w", ps.Name, ps.At, err))
 			continue
 		}
 		// Every tick's message is built the same way: one built now says
 		// whether any can be.
-		if _, err := TickMessage(opts.Plan, ps, time.Unix(0, 0)); err != nil {
+		if _, err := decide.TickMessage(opts.Plan, ps, time.Unix(0, 0)); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -160,7 +161,7 @@ func (s *Schedules) loop(ctx context.Context, sc *schedule) {
 		if late := now.Add(-LateAfter); late.After(upTo) {
 			upTo = late
 		}
-		p := PlanTicks(sc.ticker, cursor, now, upTo, sc.Missed, time.Duration(sc.MissedWindow), fireLimit)
+		p := decide.PlanTicks(sc.ticker, cursor, now, upTo, sc.Missed, time.Duration(sc.MissedWindow), fireLimit)
 		if p.Missed > 0 {
 			s.missed.WithLabelValues(sc.Key()).Add(float64(p.Missed))
 			log.Warn("schedule ticks missed", "missed", p.Missed, "policy", sc.Missed, "window", time.Duration(sc.MissedWindow),
@@ -207,7 +208,7 @@ func (s *Schedules) lastTick(ctx context.Context, sc *schedule, log *slog.Logger
 // store fails (the tick neither fired nor was lost), and reports false only
 // when ctx ended first.
 func (s *Schedules) fire(ctx context.Context, sc *schedule, tick time.Time, log *slog.Logger) bool {
-	m, err := TickMessage(s.opts.Plan, sc.Schedule, tick)
+	m, err := decide.TickMessage(s.opts.Plan, sc.Schedule, tick)
 	if err != nil {
 		// NewSchedules built this schedule's message: it cannot fail here.
 		log.Error("schedule tick not fired: its message cannot be built", "tick", TickText(tick), "error", err)

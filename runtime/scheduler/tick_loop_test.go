@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/acemq/acemq-flow/runtime/decide"
 	"github.com/acemq/acemq-flow/runtime/plan"
 	"github.com/acemq/acemq-flow/stores"
 	"github.com/acemq/acemq-flow/stores/sqlite"
@@ -35,7 +36,7 @@ func firedTicks(t *testing.T, s stores.OutboxRelay) map[string][]time.Time {
 		if err != nil {
 			t.Fatalf("record %d: x-acemq-tick: %v", r.ID, err)
 		}
-		if want := TickMessageID(key, tick); r.Properties.MessageID != want || r.Properties.CorrelationID != want {
+		if want := decide.TickMessageID(key, tick); r.Properties.MessageID != want || r.Properties.CorrelationID != want {
 			t.Fatalf("record %d of %s at %s: message id %q, correlation id %q; want the UUIDv5 %q for both", r.ID, key, TickText(tick),
 				r.Properties.MessageID, r.Properties.CorrelationID, want)
 		}
@@ -98,7 +99,7 @@ func TestSchedulesMissedTicksOnRestart(t *testing.T) {
 	p := &plan.Plan{Schedules: []plan.Schedule{everySecond("latest", MissedLatest), everySecond("all", MissedAll), everySecond("skip", MissedSkip)}}
 	stopped := time.Now().Add(-10 * time.Second).Truncate(time.Second)
 	for _, s := range p.Schedules {
-		m, err := TickMessage(p, s, stopped)
+		m, err := decide.TickMessage(p, s, stopped)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -130,7 +131,7 @@ func TestSchedulesMissedTicksOnRestart(t *testing.T) {
 		}
 		return out
 	}
-	tk, _ := NewTicker("", time.Second, "")
+	tk, _ := decide.NewTicker("", time.Second, "")
 	all := tk.Between(stopped, started, 100)
 	got := firedTicks(t, store)
 	if d := down(got["shop/latest"]); len(d) != 1 || !d[0].Equal(all[len(all)-1]) {

@@ -4,12 +4,21 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/acemq/acemq-flow/runtime/decide"
 	"github.com/acemq/acemq-flow/runtime/plan"
+)
+
+// What a schedule does with its missed ticks (decide.MissedLatest and its
+// siblings), as the schedules' views compare them.
+const (
+	MissedLatest = decide.MissedLatest
+	MissedAll    = decide.MissedAll
+	MissedSkip   = decide.MissedSkip
 )
 
 // TickStatus is where a schedule stands at an instant, as `acemq-flow
 // schedules` shows it: computed from its last claimed tick by the same
-// Ticker and PlanTicks the loop runs.
+// decide.Ticker and decide.PlanTicks the loop runs.
 type TickStatus struct {
 	// Next is the first tick after the instant, the zero time when the
 	// cron expression has none within five years.
@@ -20,7 +29,7 @@ type TickStatus struct {
 	// a running loop still fires it on time. A schedule with no claimed
 	// tick has missed nothing (a new schedule starts with its next tick).
 	// Ticks older than missed_window are counted up to a million, as the
-	// loop counts them (Ticker.Count).
+	// loop counts them (decide.Ticker.Count).
 	Missed int64
 	// CatchUp is how many of the missed ticks the loop fires when a
 	// runtime starts, by the schedule's `missed` and `missed_window`
@@ -35,7 +44,7 @@ type TickStatus struct {
 // (claimed false: it has none). It fails, naming the schedule, when its
 // ticks cannot be computed. It is pure.
 func ScheduleStatus(s plan.Schedule, last time.Time, claimed bool, now time.Time) (TickStatus, error) {
-	tk, err := NewTicker(s.Cron, time.Duration(s.Every), s.Timezone)
+	tk, err := decide.NewTicker(s.Cron, time.Duration(s.Every), s.Timezone)
 	if err != nil {
 		return TickStatus{}, fmt.Errorf("schedule %q (%s): %w", s.Name, s.At, err)
 	}
@@ -54,12 +63,15 @@ func ScheduleStatus(s plan.Schedule, last time.Time, claimed bool, now time.Time
 	// fires the ticks of the last LateAfter too, which are not missed yet.
 	from := last
 	if edge := now.Add(-time.Duration(s.MissedWindow)); edge.After(from) {
-		old := minTime(edge, upTo)
+		old := edge
+		if upTo.Before(old) {
+			old = upTo
+		}
 		st.GivenUp = tk.Count(from, old)
 		from = old
 	}
 	within := tk.Count(from, upTo)
-	p := PlanTicks(tk, from, now, upTo, s.Missed, time.Duration(s.MissedWindow), fireLimit)
+	p := decide.PlanTicks(tk, from, now, upTo, s.Missed, time.Duration(s.MissedWindow), fireLimit)
 	st.Missed = st.GivenUp + within
 	st.GivenUp += p.Missed
 	st.CatchUp = within - p.Missed

@@ -1,0 +1,117 @@
+package decide
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/acemq/acemq-flow/runtime/plan"
+)
+
+// TestPublishFailed checks what a delivery does once the broker refused a
+// publish of its decision, as the engine's group and the flow-test harness
+// both carry it out.
+func TestPublishFailed(t *testing.T) {
+	c := stepConsumer("validate", 0)
+	in := delivery(nil, "")
+	refused := errors.New("NO_ROUTE")
+	dl := DeadLetter(c, in, KindFatal, "broken", now)
+	retried := Retry(c, in, errors.New("timeout"), now, 0)
+	acked := Decision{Outcome: OutcomeAcknowledged}
+	cases := []struct {
+		name   string
+		dec    Decision
+		f      PublishFailure
+		hold   bool
+		to     string // the routing key of the decision's own publish instead
+		reason string // in its reason
+	}{
+		{"a dead letter .dlq refuses is parked with both reasons", dl, PublishFailure{Kind: PublishNacked, Err: refused}, false,
+			plan.ParkedQueue(c.Queue), "broken; not dead-lettered"},
+		{"a message .parked refuses too is held", Park(c, dl, refused), PublishFailure{Kind: PublishNacked, Err: refused}, true, "", ""},
+		{"an in-progress delivery its rung refuses is held", InProgress(c, in), PublishFailure{Kind: PublishUnroutable, Err: refused}, true, "", ""},
+		{"a retry its rung refuses is dead-lettered", retried, PublishFailure{Kind: PublishUnroutable, Err: refused}, false,
+			plan.DeadLetterQueue(c.Queue), "timeout; it could not be retried"},
+		{"a result the broker nacked is retried, spending an attempt", acked, PublishFailure{Kind: PublishNacked, Err: refused}, false,
+			c.Retry.Rungs[0].Queue, "refused by the broker"},
+		{"a result whose exchange is missing is dead-lettered naming it", acked, PublishFailure{Kind: PublishNoExchange, Exchange: "gone", Err: refused}, false,
+			plan.DeadLetterQueue(c.Queue), `exchange "gone", where the result goes next, does not exist`},
+		{"a result AMQP cannot carry is dead-lettered", acked, PublishFailure{Kind: PublishInvalid, Err: refused}, false,
+			plan.DeadLetterQueue(c.Queue), "could not be published: NO_ROUTE"},
+		{"a result routed nowhere is dead-lettered", acked, PublishFailure{Kind: PublishUnroutable, Err: refused}, false,
+			plan.DeadLetterQueue(c.Queue), "could not be routed: NO_ROUTE"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			fb := PublishFailed(c, in, tc.dec, tc.f, now, 0)
+			if fb.Event == "" {
+				t.Errorf("PublishFailed(%s, %s) says nothing for the log", tc.dec.Outcome, tc.f.Kind)
+			}
+			if fb.Hold != tc.hold {
+				t.Fatalf("PublishFailed(%s, %s): hold %v, want %v", tc.dec.Outcome, tc.f.Kind, fb.Hold, tc.hold)
+			}
+			if tc.hold {
+				return
+			}
+			if len(fb.Decision.Publish) == 0 || fb.Decision.Publish[0].RoutingKey != tc.to || !strings.Contains(fb.Decision.Reason, tc.reason) {
+				t.Fatalf("PublishFailed(%s, %s) = %+v; want a publish to %s with a reason containing %q", tc.dec.Outcome, tc.f.Kind, fb.Decision, tc.to, tc.reason)
+			}
+		})
+	}
+}
+
+func TestMissingExchangeNamesTheRoutingKeyWhenKnown(t *testing.T) {
+	c := stepConsumer("validate", 0)
+	d := MissingExchange(c, delivery(nil, ""), "shop.next", "pay", now)
+	if want := `exchange "shop.next", where the result goes next (routing key "pay"), does not exist on the broker; declare it, or correct the routing slip`; d.Reason != want {
+		t.Errorf("MissingExchange reason %q, want %q", d.Reason, want)
+	}
+	if d.Outcome != OutcomeDeadLettered || d.Publish[0].Headers[plan.HeaderErrorKind] != KindFatal {
+		t.Errorf("MissingExchange = %+v, want a fatal dead letter", d)
+	}
+}
+
+func TestClaimed(t *testing.T) {
+	c := stepConsumer("validate", 0)
+	in := delivery(nil, "")
+	if d := Claimed(c, in, ClaimTaken, now); d != nil {
+		t.Errorf("Claimed(taken) = %+v, want nil: the handler runs", d)
+	}
+	if d := Claimed(c, in, ClaimConfirmed, now); d == nil || d.Outcome != OutcomeDuplicate || len(d.Publish) != 0 {
+		t.Errorf("Claimed(confirmed) = %+v, want a duplicate publishing nothing", d)
+	}
+	if d := Claimed(c, in, ClaimHeld, now); d == nil || d.Outcome != OutcomeInProgress || d.Rung != plan.RetryQueue(c.Queue, plan.InProgressDelay) {
+		t.Errorf("Claimed(held) = %+v, want in progress through the 1s rung", d)
+	}
+	noID := InboundOf(Message{Body: []byte(`{}`)})
+	if d := Claimed(c, noID, ClaimTaken, now); d == nil || d.Outcome != OutcomeDeadLettered || d.Reason != ErrNoMessageID.Error() {
+		t.Errorf("Claimed(no message id) = %+v, want it dead-lettered with %q", d, ErrNoMessageID)
+	}
+}
+
+func TestStepDelaysSendTheInputOfADelayedStepIntoTheLadder(t *testing.T) {
+	pl := &plan.Plan{Consumers: []plan.Consumer{
+		{Kind: plan.KindStep, Pipeline: "p", Step: "later", Delay: plan.Duration(90 * time.Second)},
+		{Kind: plan.KindStep, Pipeline: "p", Step: "now"},
+	}}
+	ds := DelayedSteps(pl)
+	if len(ds) != 1 || ds[StepAddress{plan.PipelineExchange("p"), "later"}] != 90*time.Second {
+		t.Fatalf("DelayedSteps = %v, want p's step later at 90s", ds)
+	}
+	c := stepConsumer("validate", 0)
+	msg := Message{Exchange: plan.PipelineExchange("p"), RoutingKey: "later", Headers: Table{}}
+	dec := Decision{Outcome: OutcomeAcknowledged, Publish: []Publish{{Message: msg}, {Message: Message{Exchange: plan.PipelineExchange("p"), RoutingKey: "now"}}}}
+	got := ds.Apply(Ladder{}, c, delivery(nil, ""), dec, now)
+	ex, key, due, ok := Destination(got.Publish[0].Headers)
+	if !ok || ex != plan.PipelineExchange("p") || key != "later" || !due.Equal(now.Add(90*time.Second)) {
+		t.Errorf("Apply: the delayed step's input goes to %s/%s due %s (%v), want p/later due in 90s", ex, key, due, ok)
+	}
+	if got.Publish[1].RoutingKey != "now" || dec.Publish[0].RoutingKey != "later" {
+		t.Errorf("Apply changed what it should not: the undelayed publish goes to %q, the decision's own to %q", got.Publish[1].RoutingKey, dec.Publish[0].RoutingKey)
+	}
+	long := StepDelays{StepAddress{plan.PipelineExchange("p"), "later"}: 10 * 365 * 24 * time.Hour}
+	if d := long.Apply(Ladder{}, c, delivery(nil, ""), dec, now); d.Outcome != OutcomeDeadLettered {
+		t.Errorf("Apply of a delay beyond the ladder = %s, want the delivery dead-lettered", d.Outcome)
+	}
+}
