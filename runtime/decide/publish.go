@@ -50,7 +50,8 @@ type Fallback struct {
 // PublishFailed decides what a delivery to consumer c does when the broker
 // refused a publish of its decision dec (f). A dead letter .dlq refuses is
 // parked in .parked with both reasons; one .parked refuses too, and an
-// in-progress delivery whose rung refuses it, are held. A retry its rung
+// in-progress or held delivery whose rung refuses it (never dead-lettered),
+// are held. A retry its rung
 // refuses is dead-lettered. A result the broker nacked is retried through
 // the ladder, spending an attempt, so that it waits rather than spins and
 // ends in .dlq with a reason if it never gets through. A result with no
@@ -61,7 +62,7 @@ func PublishFailed(c *plan.Consumer, in Inbound, dec Decision, f PublishFailure,
 	switch {
 	case dec.Outcome == OutcomeDeadLettered && !dec.Parked:
 		return Fallback{Decision: Park(c, dec, f.Err), Event: "dead-letter queue refused the message; parking it"}
-	case dec.Outcome == OutcomeDeadLettered || dec.Outcome == OutcomeInProgress:
+	case dec.Outcome == OutcomeDeadLettered || dec.Outcome == OutcomeInProgress || dec.Outcome == OutcomeHeld:
 		return Fallback{Hold: true, Event: "message could be neither dead-lettered nor parked nor delayed; it goes back to its queue after a wait"}
 	case dec.Outcome == OutcomeRetried:
 		return Fallback{Event: "retry rung refused the message; dead-lettering it",

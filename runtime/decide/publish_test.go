@@ -31,6 +31,8 @@ func TestPublishFailed(t *testing.T) {
 			plan.ParkedQueue(c.Queue), "broken; not dead-lettered"},
 		{"a message .parked refuses too is held", Park(c, dl, refused), PublishFailure{Kind: PublishNacked, Err: refused}, true, "", ""},
 		{"an in-progress delivery its rung refuses is held", InProgress(c, in), PublishFailure{Kind: PublishUnroutable, Err: refused}, true, "", ""},
+		{"a delivery held for a store's outage its rung refuses is held, never dead-lettered",
+			Hold(c, in, StoreFailure{Store: StoreIdempotency, Err: refused, Unavailable: true}), PublishFailure{Kind: PublishUnroutable, Err: refused}, true, "", ""},
 		{"a retry its rung refuses is dead-lettered", retried, PublishFailure{Kind: PublishUnroutable, Err: refused}, false,
 			plan.DeadLetterQueue(c.Queue), "timeout; it could not be retried"},
 		{"a result the broker nacked is retried, spending an attempt", acked, PublishFailure{Kind: PublishNacked, Err: refused}, false,
