@@ -16,6 +16,7 @@
 //	{"fail": true}            fails retryably on every attempt (poison)
 //	{"fatal": true}           fails fatally
 //	{"slow_ms": N}            waits N ms before the effect
+//	{"slow_ms": N, "slow_step": Q}  only at the step consuming queue Q
 //	{"hang": true}            waits until the call's context ends
 //	{"crash_attempts": N}     exits the process mid-call on attempts ≤ N
 //
@@ -59,11 +60,12 @@ func ledger(ctx context.Context) (*pgxpool.Pool, error) {
 }
 
 type fault struct {
-	Fail          bool `json:"fail"`
-	Fatal         bool `json:"fatal"`
-	SlowMS        int  `json:"slow_ms"`
-	Hang          bool `json:"hang"`
-	CrashAttempts int  `json:"crash_attempts"`
+	Fail          bool   `json:"fail"`
+	Fatal         bool   `json:"fatal"`
+	SlowMS        int    `json:"slow_ms"`
+	SlowStep      string `json:"slow_step"`
+	Hang          bool   `json:"hang"`
+	CrashAttempts int    `json:"crash_attempts"`
 }
 
 func record(ctx context.Context, req *sdk.Request) (*sdk.Result, error) {
@@ -91,7 +93,7 @@ func record(ctx context.Context, req *sdk.Request) (*sdk.Result, error) {
 	case f.Hang:
 		<-ctx.Done()
 		return nil, fmt.Errorf("recorder: hung until the call ended: %w", context.Cause(ctx))
-	case f.SlowMS > 0:
+	case f.SlowMS > 0 && (f.SlowStep == "" || f.SlowStep == step):
 		t := time.NewTimer(time.Duration(f.SlowMS) * time.Millisecond)
 		select {
 		case <-t.C:
