@@ -8,8 +8,10 @@
 //   - runtime/decide: what happens to one delivery, as pure functions of the
 //     plan entry, the envelope and the handler's outcome (Precheck, Decide,
 //     InProgress), with its own message type; envelopes, routing slips and
-//     the first message of a run. It knows no broker, so the flow-test
-//     harness runs it as the engine does.
+//     the first message of a run, and what the wrappers around the call
+//     decide (claims, sagas, delays, refused publishes, schedules' ticks).
+//     It knows no broker, so the flow-test harness runs it as the engine
+//     does. runtime/hostcall is the call into a plugin the two share.
 //   - runtime/broker: supervised connections, confirmed publishing,
 //     consumers, topology. runtime/wire maps its messages to decide's.
 //   - runtime/relay (the outbox relay), runtime/admin (the admin API and its

@@ -540,35 +540,28 @@ func (g *group) count(outcome string) {
 }
 
 // publishFailed handles a decision whose own publish did not reach a
-// queue. A next stop the broker cannot route, or whose exchange does not
-// exist, or a result AMQP cannot carry (a field over 255 bytes), is fatal
-// for the message (it would fail the same way next time): it is
-// dead-lettered with the reason. A result the broker refused
-// (basic.nack: say, a full queue that rejects publishes) is retried
-// through the ladder, spending an attempt, so that it waits rather than
-// spins and ends in .dlq with a reason if it never gets through. A retry
-// its rung refuses is dead-lettered; a dead-letter .dlq refuses is parked
-// in .parked with both reasons. What none of these take (an in-progress
-// or held delivery whose rung refuses it, a message .parked refuses too) goes back
-// to its queue after holdBeforeRequeue, logged as an error: requeued at
-// once, it would come straight back and fail the same way. Anything else
-// (the connection lost, the runtime stopping) leaves the message to the
-// broker, requeued, to be handled again.
+// queue. What the broker refused (no route, no exchange, a result AMQP
+// cannot carry, a basic.nack) is decided by decide.PublishFailed: the
+// delivery is parked, dead-lettered or retried instead, or, when nothing
+// takes it (an in-progress delivery whose rung refuses it, a message
+// .parked refuses too), it goes back to its queue after holdBeforeRequeue,
+// logged as an error: requeued at once, it would come straight back and
+// fail the same way. Anything else (the connection lost, the runtime
+// stopping) leaves the message to the broker, requeued, to be handled
+// again.
 func (g *group) publishFailed(ctx context.Context, d *broker.Delivery, in decide.Inbound, dec decide.Decision, err error, t *Ticket) {
-	missing := g.r.lostExchange(ctx, err)
-	refused := errors.Is(err, broker.ErrUnroutable) || missing != "" || errors.Is(err, broker.ErrNacked) ||
-		errors.Is(err, broker.ErrInvalidMessage)
-	now := time.Now()
-	switch {
-	case !refused:
-	case dec.Outcome == decide.OutcomeDeadLettered && !dec.Parked:
-		g.log.Error("dead-letter queue refused the message; parking it", "message_id", in.Env.MessageID, "queue", plan.DeadLetterQueue(g.c.Queue), "error", err)
-		g.carryOut(ctx, d, in, decide.Park(g.c, dec, err), t)
-		return
-	case dec.Outcome == decide.OutcomeDeadLettered || dec.Outcome == decide.OutcomeInProgress || dec.Outcome == decide.OutcomeHeld:
+	if f, refused := g.refusal(ctx, err); refused {
+		fb := decide.PublishFailed(g.c, in, dec, f, time.Now(), rand.Float64())
+		level := slog.LevelWarn
+		if fb.Hold || fb.Decision.Parked {
+			level = slog.LevelError
+		}
+		g.log.Log(ctx, level, fb.Event, "message_id", in.Env.MessageID, "outcome", dec.Outcome, "error", err)
+		if !fb.Hold {
+			g.carryOut(ctx, d, in, fb.Decision, t)
+			return
+		}
 		g.release(ctx, t)
-		g.log.Error("message could be neither dead-lettered nor parked nor delayed; it goes back to its queue after a wait",
-			"message_id", in.Env.MessageID, "outcome", dec.Outcome, "wait", holdBeforeRequeue, "error", err)
 		g.bg.Go(func() {
 			defer g.finish()
 			wait := time.NewTimer(holdBeforeRequeue)
@@ -582,30 +575,6 @@ func (g *group) publishFailed(ctx context.Context, d *broker.Delivery, in decide
 			}
 		})
 		return
-	case dec.Outcome == decide.OutcomeRetried:
-		g.log.Warn("retry rung refused the message; dead-lettering it", "message_id", in.Env.MessageID, "rung", dec.Rung, "error", err)
-		g.carryOut(ctx, d, in, decide.DeadLetter(g.c, in, decide.KindFatal, fmt.Sprintf("%s; it could not be retried: %s refused it: %v", dec.Reason, dec.Rung, err), now), t)
-		return
-	case errors.Is(err, broker.ErrNacked):
-		g.log.Warn("result refused by the broker; retrying the message", "message_id", in.Env.MessageID, "error", err)
-		rd := decide.Retry(g.c, in, fmt.Errorf("the result was refused by the broker: %w", err), now, rand.Float64())
-		g.carryOut(ctx, d, in, rd, t)
-		return
-	case missing != "":
-		g.log.Warn("the result's exchange does not exist; dead-lettering the message", "message_id", in.Env.MessageID, "exchange", missing)
-		dl := decide.DeadLetter(g.c, in, decide.KindFatal, fmt.Sprintf("exchange %q, where the result goes next, does not exist on the broker; declare it, or correct the routing slip", missing), now)
-		g.carryOut(ctx, d, in, dl, t)
-		return
-	case errors.Is(err, broker.ErrInvalidMessage):
-		g.log.Warn("result cannot be published; dead-lettering the message", "message_id", in.Env.MessageID, "error", err)
-		dl := decide.DeadLetter(g.c, in, decide.KindFatal, "the result could not be published: "+err.Error(), now)
-		g.carryOut(ctx, d, in, dl, t)
-		return
-	default:
-		g.log.Warn("result unroutable; dead-lettering the message", "message_id", in.Env.MessageID, "error", err)
-		dl := decide.DeadLetter(g.c, in, decide.KindFatal, "the result could not be routed: "+err.Error(), now)
-		g.carryOut(ctx, d, in, dl, t)
-		return
 	}
 	g.release(ctx, t)
 	defer g.finish()
@@ -613,6 +582,26 @@ func (g *group) publishFailed(ctx context.Context, d *broker.Delivery, in decide
 	if nerr := d.Nack(true); nerr == nil {
 		g.count(OutcomeRejected)
 	}
+}
+
+// refusal says how the broker refused a publish that failed with err, and
+// whether it did: a failure that is not a refusal (the connection lost)
+// decides nothing about the message.
+func (g *group) refusal(ctx context.Context, err error) (decide.PublishFailure, bool) {
+	f := decide.PublishFailure{Err: err}
+	switch missing := g.r.lostExchange(ctx, err); {
+	case errors.Is(err, broker.ErrNacked):
+		f.Kind = decide.PublishNacked
+	case missing != "":
+		f.Kind, f.Exchange = decide.PublishNoExchange, missing
+	case errors.Is(err, broker.ErrInvalidMessage):
+		f.Kind = decide.PublishInvalid
+	case errors.Is(err, broker.ErrUnroutable):
+		f.Kind = decide.PublishUnroutable
+	default:
+		return f, false
+	}
+	return f, true
 }
 
 // holdBeforeRequeue is how long a message that could go nowhere else waits

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/acemq/acemq-flow/runtime/decide"
 	"github.com/acemq/acemq-flow/stores"
 )
 
@@ -112,7 +113,7 @@ import (
 
 // ErrNoMessageID is returned by claimGate.Begin for a delivery without a
 // message_id: an idempotent consumer cannot deduplicate it.
-var ErrNoMessageID = errors.New("the message has no message_id, which an idempotent consumer needs to deduplicate it; publish it with one")
+var ErrNoMessageID = decide.ErrNoMessageID
 
 // IdempotencyKey is the idempotency store key of a message for a consumer:
 // "<consumer id>/<message id>". Consumer ids are wire names (letters,

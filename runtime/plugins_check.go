@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/acemq/acemq-flow/plugins/host"
+	"github.com/acemq/acemq-flow/runtime/hostcall"
 	"github.com/acemq/acemq-flow/runtime/plan"
 	"github.com/acemq/acemq-flow/spec"
 )
@@ -26,14 +27,14 @@ func CheckPlugins(ctx context.Context, pl *plan.Plan) spec.Diagnostics {
 	byFlowPlugin := map[string]*served{}
 	byKey := map[string]*served{}
 	for _, p := range pl.Plugins {
-		if s, ok := byKey[pluginKey(p)]; ok {
+		if s, ok := byKey[hostcall.Key(p)]; ok {
 			byFlowPlugin[p.File+"\x00"+p.Name] = s
 			continue
 		}
 		s := &served{handlers: map[string]host.HandlerInfo{}}
 		byFlowPlugin[p.File+"\x00"+p.Name] = s
-		byKey[pluginKey(p)] = s
-		started, err := host.Start(ctx, hostConfig(p, slog.New(slog.DiscardHandler)))
+		byKey[hostcall.Key(p)] = s
+		started, err := host.Start(ctx, hostcall.Config(p, slog.New(slog.DiscardHandler)))
 		if err != nil {
 			s.err = err
 			ds = append(ds, spec.Diagnostic{Pos: p.At, Severity: spec.Error, Code: "plugin-start",

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -17,6 +16,7 @@ import (
 	"github.com/acemq/acemq-flow/plugins/host"
 	"github.com/acemq/acemq-flow/runtime/broker"
 	"github.com/acemq/acemq-flow/runtime/decide"
+	"github.com/acemq/acemq-flow/runtime/hostcall"
 	"github.com/acemq/acemq-flow/runtime/plan"
 	"github.com/acemq/acemq-flow/runtime/scheduler"
 	"github.com/acemq/acemq-flow/spec"
@@ -28,20 +28,9 @@ import (
 // ErrFatal dead-letters the message; any other error is retried.
 type HandlerFunc func(ctx context.Context, req Request) (decide.Result, error)
 
-// Request is one call of a handler: one message.
-type Request struct {
-	Handler  string // "<plugin>.<handler>"
-	Envelope decide.Envelope
-	Payload  []byte
-	// Queue is the queue the message was consumed from, ReceivedAt when
-	// the runtime received the delivery.
-	Queue      string
-	ReceivedAt time.Time
-	// Compensate is true for a saga step's compensation; StepOutput is
-	// then what the compensated step returned (nil otherwise).
-	Compensate bool
-	StepOutput []byte
-}
+// Request is one call of a handler: one message (hostcall.Request, the
+// request a plugin's handler is called with).
+type Request = hostcall.Request
 
 // Options configure a Runtime. Settings of the deployment are options,
 // never flow-file keys.
@@ -117,8 +106,8 @@ type Runtime struct {
 	pauseMu  sync.Mutex
 	scaleMu  sync.Mutex // one Scale at a time: the consumer limit is checked across groups
 
-	ladder  *decide.Ladder                // nil unless the runtime declares the delay ladder and consumes .due
-	delayed map[delayTarget]time.Duration // steps with a delay, by where their input is published
+	ladder  *decide.Ladder    // nil unless the runtime declares the delay ladder and consumes .due
+	delayed decide.StepDelays // steps with a delay, by where their input is published
 
 	schedules *scheduler.Schedules // nil without schedules (schedules.go)
 
@@ -167,7 +156,7 @@ func New(pl *plan.Plan, opts Options) (*Runtime, error) {
 		r.ladder = &decide.Ladder{Unit: opts.LadderUnit}
 		r.plan = withLadder(pl, opts.LadderUnit)
 	}
-	r.delayed = delayedSteps(pl)
+	r.delayed = decide.DelayedSteps(pl)
 	r.owned = ownedExchanges(r.plan)
 	if len(pl.Sagas) > 0 {
 		// What the store holds of the sagas' instances, every replica the
@@ -679,24 +668,6 @@ func consumerQueues(c *plan.Consumer) []string {
 	return append(qs, plan.DeadLetterQueue(c.Queue), plan.ParkedQueue(c.Queue))
 }
 
-// hostConfig is the plugin host's configuration for p, logging to log.
-func hostConfig(p plan.Plugin, log *slog.Logger) host.Config {
-	return host.Config{Name: p.Name, Command: p.Path, Dir: p.Dir, Args: p.Args, Env: p.Env, SHA256: p.SHA256,
-		Timeout: time.Duration(p.Timeout), Logger: log}
-}
-
-func pluginKey(p plan.Plugin) string {
-	var b strings.Builder
-	b.WriteString(p.Path + "\x02" + p.Dir)
-	for _, a := range p.Args {
-		b.WriteString("\x00" + a)
-	}
-	for _, k := range slices.Sorted(maps.Keys(p.Env)) {
-		b.WriteString("\x01" + k + "=" + p.Env[k])
-	}
-	return b.String()
-}
-
 // startPlugins starts the plugins the startable consumers need.
 func (r *Runtime) startPlugins(ctx context.Context, consumers []*plan.Consumer) error {
 	for _, c := range consumers {
@@ -708,12 +679,8 @@ func (r *Runtime) startPlugins(ctx context.Context, consumers []*plan.Consumer) 
 }
 
 func (r *Runtime) pluginOf(c *plan.Consumer) plan.Plugin {
-	for _, p := range r.plan.Plugins {
-		if p.Name == c.Plugin && p.File == c.File.File {
-			return p
-		}
-	}
-	return plan.Plugin{}
+	p, _ := hostcall.PluginOf(r.plan, c)
+	return p
 }
 
 // ensurePlugin starts the plugin a consumer needs, one process per distinct
@@ -724,19 +691,19 @@ func (r *Runtime) ensurePlugin(ctx context.Context, c *plan.Consumer) error {
 		return nil // in process, or no handler at all (a saga's timeout)
 	}
 	p := r.pluginOf(c)
-	key := pluginKey(p)
+	key := hostcall.Key(p)
 	r.pluginMu.Lock()
 	defer r.pluginMu.Unlock()
 	hp, ok := r.plugins[key]
 	if !ok {
-		started, err := host.Start(ctx, hostConfig(p, r.log))
+		started, err := host.Start(ctx, hostcall.Config(p, r.log))
 		if err != nil {
 			return fmt.Errorf("plugin %q (%s): %w", p.Name, p.At, err)
 		}
 		r.plugins[key] = started
 		hp = started
 	}
-	_, handler, _ := strings.Cut(c.Handler, ".")
+	handler := hostcall.Handler(c.Handler)
 	var names []string
 	for _, h := range hp.Handlers() {
 		if h.Name == handler {
@@ -755,7 +722,7 @@ func (r *Runtime) pluginRestarts() map[string]int64 {
 	defer r.pluginMu.Unlock()
 	out := map[string]int64{}
 	for _, p := range r.plan.Plugins {
-		if hp, ok := r.plugins[pluginKey(p)]; ok {
+		if hp, ok := r.plugins[hostcall.Key(p)]; ok {
 			out[p.Name] += hp.Restarts()
 		}
 	}
@@ -774,8 +741,7 @@ func (r *Runtime) callerFor(c *plan.Consumer) (func(ctx context.Context, req Req
 		}, 0
 	}
 	p := r.pluginOf(c)
-	key := pluginKey(p)
-	_, handler, _ := strings.Cut(c.Handler, ".")
+	key := hostcall.Key(p)
 	// A started plugin stays in r.plugins for the runtime's life (it
 	// restarts its process itself), so it is looked up under the lock only
 	// until found, not per message: ensurePlugin holds the lock while
@@ -792,28 +758,6 @@ func (r *Runtime) callerFor(c *plan.Consumer) (func(ctx context.Context, req Req
 			}
 			found.Store(caller)
 		}
-		env := hostEnvelope(req.Envelope)
-		env.Queue, env.ReceivedAt = req.Queue, req.ReceivedAt
-		res, err := caller.Call(ctx, host.Request{Handler: handler, Payload: req.Payload, Envelope: env,
-			Compensate: req.Compensate, StepOutput: req.StepOutput})
-		if err != nil {
-			if host.IsFatal(err) {
-				return decide.Result{}, fmt.Errorf("%w: %w", decide.ErrFatal, err)
-			}
-			return decide.Result{}, err
-		}
-		return decide.Result{Stop: res.Stop, Payload: res.Payload}, nil
+		return hostcall.Call(ctx, caller, req)
 	}, 0 // the host applies the plugin's timeout to every call itself
-}
-
-func hostEnvelope(e decide.Envelope) host.Envelope {
-	h := make(map[string]string, len(e.Headers))
-	for k, v := range e.Headers {
-		if strings.HasPrefix(k, plan.HeaderPrefix) || k == plan.HeaderSlip {
-			continue
-		}
-		h[k] = decide.HeaderText(v)
-	}
-	return host.Envelope{MessageID: e.MessageID, Type: e.Type, CorrelationID: decide.RunID(e), CausationID: e.CausationID,
-		Origin: e.Origin, Attempt: e.Attempt, FirstSeen: e.FirstSeen, Headers: h}
 }

@@ -21,16 +21,25 @@ func (g *group) claimStep(next stepFunc) stepFunc {
 	return func(ctx context.Context, d *delivery) decide.Decision {
 		t, state, err := g.gate.Begin(ctx, d.in.Env.MessageID)
 		switch {
-		case errors.Is(err, ErrNoMessageID):
-			return decide.DeadLetter(g.c, d.in, decide.KindFatal, err.Error(), time.Now())
+		case errors.Is(err, ErrNoMessageID): // decide.Claimed dead-letters it
 		case err != nil:
 			return g.storeFailed(d.in, decide.StoreIdempotency, err)
-		case state == stores.AlreadyConfirmed:
-			return decide.Decision{Outcome: decide.OutcomeDuplicate}
-		case state == stores.InProgress:
-			return decide.InProgress(g.c, d.in)
+		}
+		if dec := decide.Claimed(g.c, d.in, claimAnswer(state), time.Now()); dec != nil {
+			return *dec
 		}
 		d.ticket = &t
 		return next(ctx, d)
 	}
+}
+
+// claimAnswer is the store's answer to a claim as decide reads it.
+func claimAnswer(s stores.ClaimState) decide.ClaimAnswer {
+	switch s {
+	case stores.AlreadyConfirmed:
+		return decide.ClaimConfirmed
+	case stores.InProgress:
+		return decide.ClaimHeld
+	}
+	return decide.ClaimTaken
 }

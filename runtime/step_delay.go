@@ -2,7 +2,6 @@ package runtime
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"time"
 
@@ -22,26 +21,10 @@ import (
 // always is, so that a message sent with `send --in` to any running flow is
 // delivered.
 
-// delayTarget is where a delayed step's input is published: its
-// pipeline's exchange and the step's routing key.
-type delayTarget struct{ exchange, routingKey string }
-
-// delayedSteps are the steps of pl with a delay, by where their input is
-// published.
-func delayedSteps(pl *plan.Plan) map[delayTarget]time.Duration {
-	out := map[delayTarget]time.Duration{}
-	for _, c := range pl.Consumers {
-		if c.Kind == plan.KindStep && c.Delay > 0 {
-			out[delayTarget{plan.PipelineExchange(c.Pipeline), c.Step}] = time.Duration(c.Delay)
-		}
-	}
-	return out
-}
-
 // usesLadder reports whether pl needs the delay ladder: a step has a
 // delay, or a saga a timeout.
 func usesLadder(pl *plan.Plan) bool {
-	return len(delayedSteps(pl)) > 0 || slices.ContainsFunc(pl.Sagas, func(s plan.Saga) bool { return s.Timeout > 0 })
+	return len(decide.DelayedSteps(pl)) > 0 || slices.ContainsFunc(pl.Sagas, func(s plan.Saga) bool { return s.Timeout > 0 })
 }
 
 // withLadder is pl with the delay ladder's topology (plan.Ladder) added, so
@@ -74,23 +57,7 @@ func (g *group) delayStep(next stepFunc) stepFunc {
 	}
 	return func(ctx context.Context, d *delivery) decide.Decision {
 		dec := next(ctx, d)
-		var copied bool
-		for i, p := range dec.Publish {
-			delay, ok := g.r.delayed[delayTarget{p.Exchange, p.RoutingKey}]
-			if !ok || p.BestEffort {
-				continue
-			}
-			if !copied {
-				dec.Publish, copied = slices.Clone(dec.Publish), true
-			}
-			now := time.Now()
-			if _, _, err := g.r.ladder.Delay(&dec.Publish[i].Message, p.Exchange, p.RoutingKey, now.Add(delay), now); err != nil {
-				// The validator refuses such delays; a plan built otherwise
-				// gets the message dead-lettered with the reason.
-				return decide.DeadLetter(g.c, d.in, decide.KindFatal, fmt.Sprintf("step %q: %v", p.RoutingKey, err), now)
-			}
-		}
-		return dec
+		return g.r.delayed.Apply(*g.r.ladder, g.c, d.in, dec, time.Now())
 	}
 }
 

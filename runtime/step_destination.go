@@ -2,7 +2,6 @@ package runtime
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/acemq/acemq-flow/runtime/decide"
@@ -24,9 +23,7 @@ func (g *group) destinationStep(next stepFunc) stepFunc {
 			if err != nil || exists {
 				continue
 			}
-			return decide.DeadLetter(g.c, d.in, decide.KindFatal,
-				fmt.Sprintf("exchange %q, where the result goes next (routing key %q), does not exist on the broker; declare it, or correct the routing slip", p.Exchange, p.RoutingKey),
-				time.Now())
+			return decide.MissingExchange(g.c, d.in, p.Exchange, p.RoutingKey, time.Now())
 		}
 		return dec
 	}

@@ -79,48 +79,44 @@ func (sc *sagaCall) step(ctx context.Context, d *delivery) decide.Decision {
 	if sc.c.Kind == plan.KindSagaTimeout {
 		return sc.timedOut(ctx, in)
 	}
-	id, start := decide.SagaInstanceID(in)
-	compensation := sc.c.Queue == plan.CompensateQueue(sc.saga.Name, sc.c.Step)
+	id, _ := decide.SagaInstanceID(in)
+	starts := decide.SagaStarts(sc.saga, sc.c, in)
 	// ran: the handler ran on this delivery and its write was refused as
 	// stale; succeeded: it returned no error.
 	ran, succeeded := false, false
 	for try := range sagaStaleTries {
 		now := sc.now()
 		var (
-			rec stores.SagaInstance
-			ok  bool
-			err error
+			rec  stores.SagaInstance
+			inst *decide.SagaInstance
 		)
 		// The starting message goes straight to CreateSaga, which returns
 		// the instance when it exists already (a redelivery): one round
 		// trip to the store fewer per instance.
-		if try > 0 || !start || compensation {
-			if rec, ok, err = sc.store.GetSaga(ctx, id); err != nil {
-				return sc.storeFailed(in, err, now)
-			}
-		}
-		if !ok && start && !compensation {
-			t := decide.SagaStart(sc.saga, sc.c, in, now)
-			if !t.Write {
-				return t.Decision() // dead-lettered: nothing created
-			}
-			stored, created, err := sc.store.CreateSaga(ctx, sagaToStore(t.Instance))
+		if try > 0 || !starts {
+			got, ok, err := sc.store.GetSaga(ctx, id)
 			if err != nil {
 				return sc.storeFailed(in, err, now)
 			}
-			if created && !t.Run {
-				return t.Decision()
+			if ok {
+				rec, inst = got, sagaOf(got)
+			}
+		}
+		b := decide.SagaBegin(sc.saga, sc.c, inst, in, now)
+		if b.Create != nil {
+			stored, created, err := sc.store.CreateSaga(ctx, sagaToStore(b.Create.Instance))
+			if err != nil {
+				return sc.storeFailed(in, err, now)
+			}
+			if created && !b.Create.Run {
+				return b.Create.Decision()
 			}
 			// Created here to run on this delivery, or created by another
 			// delivery of the same message: decide on what is stored.
-			rec, ok = stored, true
+			rec, inst = stored, sagaOf(stored)
+			b = decide.SagaBegin(sc.saga, sc.c, inst, in, now)
 		}
-		var inst *decide.SagaInstance
-		if ok {
-			i := SagaFromStore(rec)
-			inst = &i
-		}
-		if t := decide.SagaAccept(sc.saga, sc.c, inst, in, now); t != nil {
+		if b.Done != nil {
 			if ran && inst != nil {
 				// Its instance moved on while the handler ran: the
 				// saga's timeout, most likely. What the handler did is
@@ -133,51 +129,21 @@ func (sc *sagaCall) step(ctx context.Context, d *delivery) decide.Decision {
 				sc.logger().Log(ctx, level, "saga handler's result not recorded: its instance moved on while it ran; what it did is not undone",
 					"saga", sc.saga.Name, "step", sc.c.Step, "message_id", in.Env.MessageID, "outcome", inst.State)
 			}
-			return t.Decision()
+			return b.Done.Decision()
 		}
-
-		if !compensation && sc.publishTimeout != nil && decide.SagaNothingDone(*inst) {
-			if m, due, ok := decide.SagaTimeoutMessage(sc.saga, *inst, now); ok {
-				if err := sc.publishTimeout(ctx, m, due); err != nil {
-					// Not run without its timeout: the delivery comes round
-					// again, and publishes it then.
-					return decide.Retry(sc.c, in, fmt.Errorf("saga %q instance %q: its timeout could not be put in the delay ladder: %w", sc.saga.Name, id, err), now, rand.Float64())
-				}
+		if !b.TimeoutDue.IsZero() && sc.publishTimeout != nil {
+			if err := sc.publishTimeout(ctx, b.Timeout, b.TimeoutDue); err != nil {
+				// Not run without its timeout: the delivery comes round
+				// again, and publishes it then.
+				return decide.Retry(sc.c, in, fmt.Errorf("saga %q instance %q: its timeout could not be put in the delay ladder: %w", sc.saga.Name, id, err), now, rand.Float64())
 			}
 		}
-		req := Request{Handler: sc.c.Handler, Envelope: in.Env, Payload: in.Body, Queue: sc.c.Queue, ReceivedAt: d.received,
-			Compensate: compensation}
-		if compensation {
-			req.StepOutput = inst.Steps[inst.Step].Output
-		}
-		res, callErr := sc.call(ctx, req)
+		res, callErr := sc.call(ctx, Request{Handler: sc.c.Handler, Envelope: in.Env, Payload: in.Body, Queue: sc.c.Queue,
+			ReceivedAt: d.received, Compensate: b.Compensate, StepOutput: b.StepOutput})
 		end := sc.now()
-		var t decide.SagaTransition
-		switch {
-		case callErr == nil && compensation:
-			t = decide.SagaCompensationDone(sc.saga, *inst, in.Env.Attempt, in.Env.MessageID, end)
-		case callErr == nil:
-			out := res.Payload
-			if res.Stop {
-				out = nil
-			} else if err := decide.SagaCheckOutput(sc.c, out); err != nil {
-				t = decide.SagaStepFailedForGood(sc.saga, *inst, in.Env.Attempt, err.Error(), in.Env.MessageID, end)
-				break
-			}
-			t = decide.SagaStepSucceeded(sc.saga, *inst, out, in.Env.Attempt, in.Env.MessageID, end)
-		default:
-			reason := callErr.Error()
-			if !errors.Is(callErr, decide.ErrFatal) {
-				if _, more := sc.c.Retry.RungFor(in.Env.Attempt); more {
-					return decide.Retry(sc.c, in, callErr, end, rand.Float64())
-				}
-				reason = fmt.Sprintf("attempt %d of %d failed: %v", in.Env.Attempt, sc.c.Retry.MaxAttempts, callErr)
-			}
-			if compensation {
-				t = decide.SagaCompensationFailed(sc.saga, *inst, in.Env.Attempt, reason, in.Env.MessageID, end)
-			} else {
-				t = decide.SagaStepFailedForGood(sc.saga, *inst, in.Env.Attempt, reason, in.Env.MessageID, end)
-			}
+		t := decide.SagaAfter(sc.saga, sc.c, *inst, in, res, callErr, end, rand.Float64())
+		if !t.Write {
+			return t.Decision() // retried: nothing recorded
 		}
 		next := sagaToStore(t.Instance)
 		next.Version = rec.Version
@@ -208,8 +174,7 @@ func (sc *sagaCall) timedOut(ctx context.Context, in decide.Inbound) decide.Deci
 		}
 		var inst *decide.SagaInstance
 		if ok {
-			i := SagaFromStore(rec)
-			inst = &i
+			inst = sagaOf(rec)
 		}
 		t := decide.SagaTimeoutArrived(sc.saga, sc.c, inst, in, now)
 		if !t.Write {
@@ -275,6 +240,12 @@ func sagaToStore(inst decide.SagaInstance) stores.SagaInstance {
 			Output: st.Output, CompletedAt: st.CompletedAt, CompensatedAt: st.CompensatedAt, Error: st.Error})
 	}
 	return out
+}
+
+// sagaOf is SagaFromStore(rec), for a transition's *SagaInstance.
+func sagaOf(rec stores.SagaInstance) *decide.SagaInstance {
+	i := SagaFromStore(rec)
+	return &i
 }
 
 // SagaFromStore is the stored instance rec as decide sees it (its version
