@@ -72,6 +72,8 @@ var rules = []rule{
 		why: "the codec turns bodies into JSON and back by the registry's schemas: spec and the registry's interface, never the engine, the broker or plugins"},
 	{pkg: "runtime/flowdiff", forbidden: []string{mod + "runtime", mod + "plugins", mod + "cmd", mod + "stores/postgres", mod + "stores/sqlite", mod + "stores/memory", "github.com/rabbitmq/amqp091-go"}, allowed: []string{mod + "runtime/plan"},
 		why: "the change check compares compiled flows (spec, plan, the registry's compatibility rules); the queue depths it reads come from cmd"},
+	{pkg: "runtime/tracing", forbidden: []string{mod},
+		why: "the spans and the trace context in headers are shared by the engine, the relay, the scheduler and the tools: the package knows OpenTelemetry and header tables, nothing of acemq-flow"},
 	{pkg: "runtime/wire", forbidden: []string{mod + "runtime$", mod + "plugins", mod + "stores"},
 		why: "wire maps decide's messages to the broker's and back, nothing more"},
 }

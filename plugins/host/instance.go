@@ -287,7 +287,9 @@ func (i *instance) call(l limit, req Request) (*proto.HandleResponse, error) {
 	i.mu.Unlock()
 
 	sent := time.Since(i.started)
-	if err := i.send(outgoing{call: requestToProto(id, req, left)}, left+l.grace); err != nil {
+	call := requestToProto(id, req, left)
+	call.TraceContext = traceContext(l.ctx)
+	if err := i.send(outgoing{call: call}, left+l.grace); err != nil {
 		i.forget(id)
 		return nil, err
 	}

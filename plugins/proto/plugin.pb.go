@@ -302,7 +302,13 @@ type HandleRequest struct {
 	// For a compensation: the payload the compensated step's handler
 	// returned, as the saga recorded it (empty when it returned none). Unset
 	// for every other call; plugins written before it ignore it.
-	StepOutput    []byte `protobuf:"bytes,7,opt,name=step_output,json=stepOutput,proto3" json:"step_output,omitempty"`
+	StepOutput []byte `protobuf:"bytes,7,opt,name=step_output,json=stepOutput,proto3" json:"step_output,omitempty"`
+	// The W3C trace context of the host's span for this call: "traceparent"
+	// and, when set, "tracestate", as the Trace Context headers carry them.
+	// Empty when the runtime does not trace. A plugin that traces starts its
+	// spans as children of it so that they join the message's trace; one
+	// that does not ignores it.
+	TraceContext  map[string]string `protobuf:"bytes,8,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -382,6 +388,13 @@ func (x *HandleRequest) GetTimeoutMs() int64 {
 func (x *HandleRequest) GetStepOutput() []byte {
 	if x != nil {
 		return x.StepOutput
+	}
+	return nil
+}
+
+func (x *HandleRequest) GetTraceContext() map[string]string {
+	if x != nil {
+		return x.TraceContext
 	}
 	return nil
 }
@@ -779,7 +792,7 @@ const file_plugin_proto_rawDesc = "" +
 	"\x05calls\x18\x01 \x03(\v2\x1e.acemq.plugin.v1.HandleRequestR\x05calls\x12\x16\n" +
 	"\x06cancel\x18\x02 \x03(\x04R\x06cancel\"H\n" +
 	"\vResultBatch\x129\n" +
-	"\aresults\x18\x01 \x03(\v2\x1f.acemq.plugin.v1.HandleResponseR\aresults\"\xf3\x01\n" +
+	"\aresults\x18\x01 \x03(\v2\x1f.acemq.plugin.v1.HandleResponseR\aresults\"\x8b\x03\n" +
 	"\rHandleRequest\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\x04R\x06callId\x12\x18\n" +
 	"\ahandler\x18\x02 \x01(\tR\ahandler\x12\x1e\n" +
@@ -791,7 +804,11 @@ const file_plugin_proto_rawDesc = "" +
 	"\n" +
 	"timeout_ms\x18\x06 \x01(\x03R\ttimeoutMs\x12\x1f\n" +
 	"\vstep_output\x18\a \x01(\fR\n" +
-	"stepOutput\"\xc5\x03\n" +
+	"stepOutput\x12U\n" +
+	"\rtrace_context\x18\b \x03(\v20.acemq.plugin.v1.HandleRequest.TraceContextEntryR\ftraceContext\x1a?\n" +
+	"\x11TraceContextEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc5\x03\n" +
 	"\bEnvelope\x12\x1d\n" +
 	"\n" +
 	"message_id\x18\x01 \x01(\tR\tmessageId\x12\x12\n" +
@@ -838,7 +855,7 @@ func file_plugin_proto_rawDescGZIP() []byte {
 	return file_plugin_proto_rawDescData
 }
 
-var file_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_plugin_proto_goTypes = []any{
 	(*DescribeRequest)(nil),       // 0: acemq.plugin.v1.DescribeRequest
 	(*DescribeResponse)(nil),      // 1: acemq.plugin.v1.DescribeResponse
@@ -851,29 +868,31 @@ var file_plugin_proto_goTypes = []any{
 	(*Output)(nil),                // 8: acemq.plugin.v1.Output
 	(*Stop)(nil),                  // 9: acemq.plugin.v1.Stop
 	(*Failure)(nil),               // 10: acemq.plugin.v1.Failure
-	nil,                           // 11: acemq.plugin.v1.Envelope.HeadersEntry
-	(*timestamppb.Timestamp)(nil), // 12: google.protobuf.Timestamp
+	nil,                           // 11: acemq.plugin.v1.HandleRequest.TraceContextEntry
+	nil,                           // 12: acemq.plugin.v1.Envelope.HeadersEntry
+	(*timestamppb.Timestamp)(nil), // 13: google.protobuf.Timestamp
 }
 var file_plugin_proto_depIdxs = []int32{
 	2,  // 0: acemq.plugin.v1.DescribeResponse.handlers:type_name -> acemq.plugin.v1.HandlerInfo
 	5,  // 1: acemq.plugin.v1.CallBatch.calls:type_name -> acemq.plugin.v1.HandleRequest
 	7,  // 2: acemq.plugin.v1.ResultBatch.results:type_name -> acemq.plugin.v1.HandleResponse
 	6,  // 3: acemq.plugin.v1.HandleRequest.envelope:type_name -> acemq.plugin.v1.Envelope
-	12, // 4: acemq.plugin.v1.Envelope.first_seen:type_name -> google.protobuf.Timestamp
-	11, // 5: acemq.plugin.v1.Envelope.headers:type_name -> acemq.plugin.v1.Envelope.HeadersEntry
-	12, // 6: acemq.plugin.v1.Envelope.received_at:type_name -> google.protobuf.Timestamp
-	8,  // 7: acemq.plugin.v1.HandleResponse.output:type_name -> acemq.plugin.v1.Output
-	9,  // 8: acemq.plugin.v1.HandleResponse.stop:type_name -> acemq.plugin.v1.Stop
-	10, // 9: acemq.plugin.v1.HandleResponse.failure:type_name -> acemq.plugin.v1.Failure
-	0,  // 10: acemq.plugin.v1.Plugin.Describe:input_type -> acemq.plugin.v1.DescribeRequest
-	3,  // 11: acemq.plugin.v1.Plugin.Calls:input_type -> acemq.plugin.v1.CallBatch
-	1,  // 12: acemq.plugin.v1.Plugin.Describe:output_type -> acemq.plugin.v1.DescribeResponse
-	4,  // 13: acemq.plugin.v1.Plugin.Calls:output_type -> acemq.plugin.v1.ResultBatch
-	12, // [12:14] is the sub-list for method output_type
-	10, // [10:12] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	11, // 4: acemq.plugin.v1.HandleRequest.trace_context:type_name -> acemq.plugin.v1.HandleRequest.TraceContextEntry
+	13, // 5: acemq.plugin.v1.Envelope.first_seen:type_name -> google.protobuf.Timestamp
+	12, // 6: acemq.plugin.v1.Envelope.headers:type_name -> acemq.plugin.v1.Envelope.HeadersEntry
+	13, // 7: acemq.plugin.v1.Envelope.received_at:type_name -> google.protobuf.Timestamp
+	8,  // 8: acemq.plugin.v1.HandleResponse.output:type_name -> acemq.plugin.v1.Output
+	9,  // 9: acemq.plugin.v1.HandleResponse.stop:type_name -> acemq.plugin.v1.Stop
+	10, // 10: acemq.plugin.v1.HandleResponse.failure:type_name -> acemq.plugin.v1.Failure
+	0,  // 11: acemq.plugin.v1.Plugin.Describe:input_type -> acemq.plugin.v1.DescribeRequest
+	3,  // 12: acemq.plugin.v1.Plugin.Calls:input_type -> acemq.plugin.v1.CallBatch
+	1,  // 13: acemq.plugin.v1.Plugin.Describe:output_type -> acemq.plugin.v1.DescribeResponse
+	4,  // 14: acemq.plugin.v1.Plugin.Calls:output_type -> acemq.plugin.v1.ResultBatch
+	13, // [13:15] is the sub-list for method output_type
+	11, // [11:13] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_plugin_proto_init() }
@@ -892,7 +911,7 @@ func file_plugin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_plugin_proto_rawDesc), len(file_plugin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -29,7 +29,10 @@
 //
 // The host runs many calls of the same plugin process concurrently, so
 // handlers must be safe for concurrent use. Each call's context is cancelled
-// when the flow's per-call timeout passes or the host stops waiting.
+// when the flow's per-call timeout passes or the host stops waiting. When
+// the runtime traces (OpenTelemetry), the context also carries the span
+// context of the runtime's call as a remote parent: a handler that starts
+// spans from it with its own tracer provider joins the message's trace.
 //
 // The package imports nothing of the acemq-flow runtime, only the wire
 // definitions in plugins/proto; go-plugin and gRPC never appear in a plugin

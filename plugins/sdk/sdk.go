@@ -64,7 +64,9 @@ type Result struct {
 
 // HandlerFunc handles one message. It is called concurrently for many
 // messages; ctx is cancelled at the call's timeout or when the host stops
-// waiting.
+// waiting. When the runtime traces, ctx carries the span context of its
+// call (trace.SpanContextFromContext): spans a handler starts from ctx
+// with an OpenTelemetry tracer are children of it, in the message's trace.
 type HandlerFunc func(ctx context.Context, req *Request) (*Result, error)
 
 // Handler is one handler a plugin serves: its function and the flow type

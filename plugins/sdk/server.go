@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+
 	"github.com/acemq/acemq-flow/plugins/proto"
 )
 
@@ -290,6 +292,11 @@ func (s *server) handle(ctx context.Context, call *proto.HandleRequest) (resp *p
 			resp = responseToProto(call.GetCallId(), nil, fmt.Errorf("handler %q panicked: %v", call.GetHandler(), v))
 		}
 	}()
+	if tc := call.GetTraceContext(); len(tc) > 0 {
+		// The host's span for the call: the handler's spans are its
+		// children, in the message's trace.
+		ctx = propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier(tc))
+	}
 	res, err := h.Func(ctx, requestFromProto(call))
 	return responseToProto(call.GetCallId(), res, err)
 }

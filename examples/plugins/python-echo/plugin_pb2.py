@@ -14,7 +14,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0cplugin.proto\x12\x0f\x61\x63\x65mq.plugin.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x11\n\x0f\x44\x65scribeRequest\"B\n\x10\x44\x65scribeResponse\x12.\n\x08handlers\x18\x01 \x03(\x0b\x32\x1c.acemq.plugin.v1.HandlerInfo\"D\n\x0bHandlerInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\ninput_type\x18\x02 \x01(\t\x12\x13\n\x0boutput_type\x18\x03 \x01(\t\"J\n\tCallBatch\x12-\n\x05\x63\x61lls\x18\x01 \x03(\x0b\x32\x1e.acemq.plugin.v1.HandleRequest\x12\x0e\n\x06\x63\x61ncel\x18\x02 \x03(\x04\"?\n\x0bResultBatch\x12\x30\n\x07results\x18\x01 \x03(\x0b\x32\x1f.acemq.plugin.v1.HandleResponse\"\xac\x01\n\rHandleRequest\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\x04\x12\x0f\n\x07handler\x18\x02 \x01(\t\x12\x12\n\ncompensate\x18\x03 \x01(\x08\x12+\n\x08\x65nvelope\x18\x04 \x01(\x0b\x32\x19.acemq.plugin.v1.Envelope\x12\x0f\n\x07payload\x18\x05 \x01(\x0c\x12\x12\n\ntimeout_ms\x18\x06 \x01(\x03\x12\x13\n\x0bstep_output\x18\x07 \x01(\x0c\"\xd4\x02\n\x08\x45nvelope\x12\x12\n\nmessage_id\x18\x01 \x01(\t\x12\x0c\n\x04type\x18\x02 \x01(\t\x12\x16\n\x0e\x63orrelation_id\x18\x03 \x01(\t\x12\x14\n\x0c\x63\x61usation_id\x18\x04 \x01(\t\x12\x0e\n\x06origin\x18\x05 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x06 \x01(\x05\x12.\n\nfirst_seen\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x37\n\x07headers\x18\x08 \x03(\x0b\x32&.acemq.plugin.v1.Envelope.HeadersEntry\x12\r\n\x05queue\x18\t \x01(\t\x12/\n\x0breceived_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x1a.\n\x0cHeadersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xab\x01\n\x0eHandleResponse\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\x04\x12)\n\x06output\x18\x02 \x01(\x0b\x32\x17.acemq.plugin.v1.OutputH\x00\x12%\n\x04stop\x18\x03 \x01(\x0b\x32\x15.acemq.plugin.v1.StopH\x00\x12+\n\x07\x66\x61ilure\x18\x04 \x01(\x0b\x32\x18.acemq.plugin.v1.FailureH\x00\x42\t\n\x07outcome\"\x19\n\x06Output\x12\x0f\n\x07payload\x18\x01 \x01(\x0c\"\x06\n\x04Stop\")\n\x07\x46\x61ilure\x12\r\n\x05\x66\x61tal\x18\x01 \x01(\x08\x12\x0f\n\x07message\x18\x02 \x01(\t2\xa0\x01\n\x06Plugin\x12O\n\x08\x44\x65scribe\x12 .acemq.plugin.v1.DescribeRequest\x1a!.acemq.plugin.v1.DescribeResponse\x12\x45\n\x05\x43\x61lls\x12\x1a.acemq.plugin.v1.CallBatch\x1a\x1c.acemq.plugin.v1.ResultBatch(\x01\x30\x01\x42\x31Z/github.com/acemq/acemq-flow/plugins/proto;protob\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0cplugin.proto\x12\x0f\x61\x63\x65mq.plugin.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x11\n\x0f\x44\x65scribeRequest\"B\n\x10\x44\x65scribeResponse\x12.\n\x08handlers\x18\x01 \x03(\x0b\x32\x1c.acemq.plugin.v1.HandlerInfo\"D\n\x0bHandlerInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\ninput_type\x18\x02 \x01(\t\x12\x13\n\x0boutput_type\x18\x03 \x01(\t\"J\n\tCallBatch\x12-\n\x05\x63\x61lls\x18\x01 \x03(\x0b\x32\x1e.acemq.plugin.v1.HandleRequest\x12\x0e\n\x06\x63\x61ncel\x18\x02 \x03(\x04\"?\n\x0bResultBatch\x12\x30\n\x07results\x18\x01 \x03(\x0b\x32\x1f.acemq.plugin.v1.HandleResponse\"\xaa\x02\n\rHandleRequest\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\x04\x12\x0f\n\x07handler\x18\x02 \x01(\t\x12\x12\n\ncompensate\x18\x03 \x01(\x08\x12+\n\x08\x65nvelope\x18\x04 \x01(\x0b\x32\x19.acemq.plugin.v1.Envelope\x12\x0f\n\x07payload\x18\x05 \x01(\x0c\x12\x12\n\ntimeout_ms\x18\x06 \x01(\x03\x12\x13\n\x0bstep_output\x18\x07 \x01(\x0c\x12G\n\rtrace_context\x18\x08 \x03(\x0b\x32\x30.acemq.plugin.v1.HandleRequest.TraceContextEntry\x1a\x33\n\x11TraceContextEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xd4\x02\n\x08\x45nvelope\x12\x12\n\nmessage_id\x18\x01 \x01(\t\x12\x0c\n\x04type\x18\x02 \x01(\t\x12\x16\n\x0e\x63orrelation_id\x18\x03 \x01(\t\x12\x14\n\x0c\x63\x61usation_id\x18\x04 \x01(\t\x12\x0e\n\x06origin\x18\x05 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x06 \x01(\x05\x12.\n\nfirst_seen\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x37\n\x07headers\x18\x08 \x03(\x0b\x32&.acemq.plugin.v1.Envelope.HeadersEntry\x12\r\n\x05queue\x18\t \x01(\t\x12/\n\x0breceived_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x1a.\n\x0cHeadersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xab\x01\n\x0eHandleResponse\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\x04\x12)\n\x06output\x18\x02 \x01(\x0b\x32\x17.acemq.plugin.v1.OutputH\x00\x12%\n\x04stop\x18\x03 \x01(\x0b\x32\x15.acemq.plugin.v1.StopH\x00\x12+\n\x07\x66\x61ilure\x18\x04 \x01(\x0b\x32\x18.acemq.plugin.v1.FailureH\x00\x42\t\n\x07outcome\"\x19\n\x06Output\x12\x0f\n\x07payload\x18\x01 \x01(\x0c\"\x06\n\x04Stop\")\n\x07\x46\x61ilure\x12\r\n\x05\x66\x61tal\x18\x01 \x01(\x08\x12\x0f\n\x07message\x18\x02 \x01(\t2\xa0\x01\n\x06Plugin\x12O\n\x08\x44\x65scribe\x12 .acemq.plugin.v1.DescribeRequest\x1a!.acemq.plugin.v1.DescribeResponse\x12\x45\n\x05\x43\x61lls\x12\x1a.acemq.plugin.v1.CallBatch\x1a\x1c.acemq.plugin.v1.ResultBatch(\x01\x30\x01\x42\x31Z/github.com/acemq/acemq-flow/plugins/proto;protob\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'plugin_pb2', globals())
@@ -22,6 +22,8 @@ if _descriptor._USE_C_DESCRIPTORS == False:
 
   DESCRIPTOR._options = None
   DESCRIPTOR._serialized_options = b'Z/github.com/acemq/acemq-flow/plugins/proto;proto'
+  _HANDLEREQUEST_TRACECONTEXTENTRY._options = None
+  _HANDLEREQUEST_TRACECONTEXTENTRY._serialized_options = b'8\001'
   _ENVELOPE_HEADERSENTRY._options = None
   _ENVELOPE_HEADERSENTRY._serialized_options = b'8\001'
   _DESCRIBEREQUEST._serialized_start=66
@@ -35,19 +37,21 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _RESULTBATCH._serialized_start=299
   _RESULTBATCH._serialized_end=362
   _HANDLEREQUEST._serialized_start=365
-  _HANDLEREQUEST._serialized_end=537
-  _ENVELOPE._serialized_start=540
-  _ENVELOPE._serialized_end=880
-  _ENVELOPE_HEADERSENTRY._serialized_start=834
-  _ENVELOPE_HEADERSENTRY._serialized_end=880
-  _HANDLERESPONSE._serialized_start=883
-  _HANDLERESPONSE._serialized_end=1054
-  _OUTPUT._serialized_start=1056
-  _OUTPUT._serialized_end=1081
-  _STOP._serialized_start=1083
-  _STOP._serialized_end=1089
-  _FAILURE._serialized_start=1091
-  _FAILURE._serialized_end=1132
-  _PLUGIN._serialized_start=1135
-  _PLUGIN._serialized_end=1295
+  _HANDLEREQUEST._serialized_end=663
+  _HANDLEREQUEST_TRACECONTEXTENTRY._serialized_start=612
+  _HANDLEREQUEST_TRACECONTEXTENTRY._serialized_end=663
+  _ENVELOPE._serialized_start=666
+  _ENVELOPE._serialized_end=1006
+  _ENVELOPE_HEADERSENTRY._serialized_start=960
+  _ENVELOPE_HEADERSENTRY._serialized_end=1006
+  _HANDLERESPONSE._serialized_start=1009
+  _HANDLERESPONSE._serialized_end=1180
+  _OUTPUT._serialized_start=1182
+  _OUTPUT._serialized_end=1207
+  _STOP._serialized_start=1209
+  _STOP._serialized_end=1215
+  _FAILURE._serialized_start=1217
+  _FAILURE._serialized_end=1258
+  _PLUGIN._serialized_start=1261
+  _PLUGIN._serialized_end=1421
 # @@protoc_insertion_point(module_scope)
