@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // OutboxRecord is one row of the outbox table (its columns are documented in
@@ -20,6 +22,11 @@ import (
 // set once the broker confirmed the row reached a queue; StuckAt once the
 // store stopped handing the row out after Options.OutboxMaxAttempts
 // failures.
+//
+// TraceParent is the W3C traceparent of the span the record was written in
+// (empty when none): Add records the caller's context (TraceParentOf) when
+// the writer sets none, and the relay publishes the record as a child of
+// it, so that the writer's trace goes on through the message.
 //
 // DeliverAt is when the message is due at Exchange; zero means now. The
 // relay publishes a record whose DeliverAt is still ahead into the delay
@@ -44,6 +51,7 @@ type OutboxRecord struct {
 	LeaseUntil  time.Time
 	PublishedAt time.Time
 	StuckAt     time.Time
+	TraceParent string
 	// Invalid is why the row's properties column could not be read (a row
 	// written by another program with a value of the wrong type, such as a
 	// string priority); nil for a readable row. A store hands such a row out
@@ -76,12 +84,23 @@ type Properties struct {
 	Headers         map[string]any `json:"headers,omitempty"`
 }
 
+// TraceParentOf returns the W3C traceparent of ctx's span, or "" when ctx
+// carries none: what Outbox.Add records as a record's TraceParent when the
+// writer sets none.
+func TraceParentOf(ctx context.Context) string {
+	sc := trace.SpanContextFromContext(ctx)
+	if !sc.IsValid() {
+		return ""
+	}
+	return "00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-" + sc.TraceFlags().String()
+}
+
 // Outbox is the write side of the transactional outbox, for a backend whose
 // transactions have type Tx (pgx.Tx for postgres, *sql.Tx for sqlite,
 // *memory.Tx for memory).
 //
 // Add inserts rec inside tx, the caller's own transaction, and returns its
-// id. The record becomes visible to the relay when, and only if, tx commits:
+// id, with ctx's trace context as its TraceParent when rec has none. The record becomes visible to the relay when, and only if, tx commits:
 // one commit decides both the caller's business rows and the message. That
 // is why Add takes a transaction and never a pool; a record written through
 // a pool would land in a different transaction. Add does not commit or roll

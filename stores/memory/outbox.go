@@ -80,6 +80,9 @@ func (Outbox) Add(ctx context.Context, tx *Tx, rec stores.OutboxRecord) (int64, 
 	if err != nil {
 		return 0, err
 	}
+	if r.TraceParent == "" {
+		r.TraceParent = stores.TraceParentOf(ctx)
+	}
 	s := tx.s
 	if err := s.lock(ctx); err != nil {
 		return 0, err
@@ -118,6 +121,7 @@ func (s *Store) record(rec stores.OutboxRecord) (stores.OutboxRecord, error) {
 		ContentType: rec.ContentType,
 		Properties:  props,
 		DeliverAt:   backend.DeliverAt(rec.DeliverAt),
+		TraceParent: rec.TraceParent,
 	}, nil
 }
 

@@ -41,11 +41,15 @@ func (Outbox) Add(ctx context.Context, tx pgx.Tx, rec stores.OutboxRecord) (int6
 	if body == nil {
 		body = []byte{}
 	}
+	tp := rec.TraceParent
+	if tp == "" {
+		tp = stores.TraceParentOf(ctx)
+	}
 	var id int64
 	err = tx.QueryRow(ctx, `
-INSERT INTO acemq_outbox (exchange, routing_key, body, content_type, properties, deliver_at)
-VALUES ($1, $2, $3, $4, $5::jsonb, $6) RETURNING id`, rec.Exchange, rec.RoutingKey, body, rec.ContentType, string(props),
-		timeOrNull(backend.DeliverAt(rec.DeliverAt))).Scan(&id)
+INSERT INTO acemq_outbox (exchange, routing_key, body, content_type, properties, deliver_at, traceparent)
+VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7) RETURNING id`, rec.Exchange, rec.RoutingKey, body, rec.ContentType, string(props),
+		timeOrNull(backend.DeliverAt(rec.DeliverAt)), textOrNull(tp)).Scan(&id)
 	if err != nil {
 		return 0, fmt.Errorf("outbox add for exchange %q routing key %q: %w", rec.Exchange, rec.RoutingKey, err)
 	}
@@ -53,16 +57,16 @@ VALUES ($1, $2, $3, $4, $5::jsonb, $6) RETURNING id`, rec.Exchange, rec.RoutingK
 }
 
 const recordCols = `o.id, o.exchange, o.routing_key, o.body, o.content_type, o.properties::text, o.created_at,
-    o.attempts, o.last_error, o.lease_owner, o.lease_until, o.published_at, o.stuck_at, o.deliver_at`
+    o.attempts, o.last_error, o.lease_owner, o.lease_until, o.published_at, o.stuck_at, o.deliver_at, o.traceparent`
 
 func scanRecord(row pgx.CollectableRow) (stores.OutboxRecord, error) {
 	var r stores.OutboxRecord
 	var props string
 	var attempts int32
-	var lastErr, owner *string
+	var lastErr, owner, traceparent *string
 	var until, published, stuck, deliverAt *time.Time
 	if err := row.Scan(&r.ID, &r.Exchange, &r.RoutingKey, &r.Body, &r.ContentType, &props, &r.CreatedAt,
-		&attempts, &lastErr, &owner, &until, &published, &stuck, &deliverAt); err != nil {
+		&attempts, &lastErr, &owner, &until, &published, &stuck, &deliverAt, &traceparent); err != nil {
 		return r, err
 	}
 	if r.Body == nil {
@@ -76,7 +80,7 @@ func scanRecord(row pgx.CollectableRow) (stores.OutboxRecord, error) {
 	r.Properties, r.Attempts = p, int(attempts)
 	r.LastError, r.LeaseOwner = deref(lastErr), deref(owner)
 	r.LeaseUntil, r.PublishedAt, r.StuckAt = derefTime(until), derefTime(published), derefTime(stuck)
-	r.DeliverAt = derefTime(deliverAt)
+	r.DeliverAt, r.TraceParent = derefTime(deliverAt), deref(traceparent)
 	return r, nil
 }
 
@@ -85,6 +89,14 @@ func deref(s *string) string {
 		return ""
 	}
 	return *s
+}
+
+// textOrNull is s as a nullable column: NULL for "".
+func textOrNull(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }
 
 // timeOrNull is t as a nullable column: NULL for the zero time.

@@ -41,11 +41,15 @@ func (Outbox) Add(ctx context.Context, tx *sql.Tx, rec stores.OutboxRecord) (int
 	if body == nil {
 		body = []byte{}
 	}
+	tp := rec.TraceParent
+	if tp == "" {
+		tp = stores.TraceParentOf(ctx)
+	}
 	var id int64
 	err = tx.QueryRowContext(ctx, `
-INSERT INTO acemq_outbox (exchange, routing_key, body, content_type, properties, deliver_at)
-VALUES (?, ?, ?, ?, ?, ?) RETURNING id`, rec.Exchange, rec.RoutingKey, body, rec.ContentType, string(props),
-		msOrNull(backend.DeliverAt(rec.DeliverAt))).Scan(&id)
+INSERT INTO acemq_outbox (exchange, routing_key, body, content_type, properties, deliver_at, traceparent)
+VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id`, rec.Exchange, rec.RoutingKey, body, rec.ContentType, string(props),
+		msOrNull(backend.DeliverAt(rec.DeliverAt)), sql.NullString{String: tp, Valid: tp != ""}).Scan(&id)
 	if err != nil {
 		return 0, fmt.Errorf("outbox add for exchange %q routing key %q: %w", rec.Exchange, rec.RoutingKey, err)
 	}
@@ -53,7 +57,7 @@ VALUES (?, ?, ?, ?, ?, ?) RETURNING id`, rec.Exchange, rec.RoutingKey, body, rec
 }
 
 const recordCols = `id, exchange, routing_key, body, content_type, properties, created_at,
-    attempts, last_error, lease_owner, lease_until, published_at, stuck_at, deliver_at`
+    attempts, last_error, lease_owner, lease_until, published_at, stuck_at, deliver_at, traceparent`
 
 type scanner interface{ Scan(...any) error }
 
@@ -61,10 +65,10 @@ func scanRecord(sc scanner) (stores.OutboxRecord, error) {
 	var r stores.OutboxRecord
 	var props string
 	var created int64
-	var lastErr, owner sql.NullString
+	var lastErr, owner, traceparent sql.NullString
 	var until, published, stuck, deliverAt sql.NullInt64
 	if err := sc.Scan(&r.ID, &r.Exchange, &r.RoutingKey, &r.Body, &r.ContentType, &props, &created,
-		&r.Attempts, &lastErr, &owner, &until, &published, &stuck, &deliverAt); err != nil {
+		&r.Attempts, &lastErr, &owner, &until, &published, &stuck, &deliverAt, &traceparent); err != nil {
 		return r, err
 	}
 	if r.Body == nil {
@@ -79,7 +83,7 @@ func scanRecord(sc scanner) (stores.OutboxRecord, error) {
 	r.CreatedAt = time.UnixMilli(created)
 	r.LastError, r.LeaseOwner = lastErr.String, owner.String
 	r.LeaseUntil, r.PublishedAt, r.StuckAt = msTime(until), msTime(published), msTime(stuck)
-	r.DeliverAt = msTime(deliverAt)
+	r.DeliverAt, r.TraceParent = msTime(deliverAt), traceparent.String
 	return r, nil
 }
 

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/acemq/acemq-flow/stores"
 )
 
@@ -33,6 +35,7 @@ func RunOutbox(t *testing.T, open Opener, f Features) {
 		{"published rows are purged, pending ones kept", purgePublished},
 		{"a committed record survives closing the store", durableRecord},
 		{"deliver_at reads back to the millisecond, rounded up, zero as zero, and does not hold the record back", deliverAtKept},
+		{"the writer's trace context is kept with the record: the caller's span, or the record's own, or none", traceParentKept},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, open, f) })
@@ -508,4 +511,48 @@ func deliverAtKept(t *testing.T, open Opener, _ Features) {
 	if err := b.Set.MarkPublished(t.Context(), ids(claimed), "relay"); err != nil {
 		t.Fatalf("MarkPublished: %v", err)
 	}
+}
+
+func traceParentKept(t *testing.T, open Opener, _ Features) {
+	b, _ := fixture(t, open)
+	tid, _ := trace.TraceIDFromHex("0af7651916cd43dd8448eb211c80319c")
+	sid, _ := trace.SpanIDFromHex("b7ad6b7169203331")
+	ctx := trace.ContextWithSpanContext(t.Context(), trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled}))
+	fromCaller, err := b.WriteOutbox(ctx, true, rec(1))
+	if err != nil {
+		t.Fatalf("write an outbox record in a traced context: %v", err)
+	}
+	own := rec(2)
+	own.TraceParent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"
+	written := append(fromCaller, write(t, b, own, rec(3))...)
+	want := map[int64]string{
+		written[0]: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+		written[1]: own.TraceParent,
+		written[2]: "",
+	}
+	check := func(from string, got []stores.OutboxRecord) {
+		t.Helper()
+		if !slices.Equal(ids(got), written) {
+			t.Fatalf("%s returned rows %v, want %v", from, ids(got), written)
+		}
+		for _, r := range got {
+			if r.TraceParent != want[r.ID] {
+				t.Errorf("%s: row %d traceparent = %q, want %q", from, r.ID, r.TraceParent, want[r.ID])
+			}
+		}
+	}
+	pending, err := b.Set.ListPending(t.Context(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("ListPending", pending)
+	if locker, ok := b.Set.(stores.OutboxLocker); ok {
+		lb, err := locker.ClaimLocked(t.Context(), "locker", 10, time.Minute)
+		if err != nil {
+			t.Fatalf("ClaimLocked: %v", err)
+		}
+		check("ClaimLocked", lb.Records())
+		lb.Abort()
+	}
+	check("ClaimBatch", claimBatch(t, b.Set, "relay", 10, time.Minute))
 }
