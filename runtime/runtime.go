@@ -15,6 +15,7 @@ import (
 
 	"github.com/acemq/acemq-flow/plugins/host"
 	"github.com/acemq/acemq-flow/runtime/broker"
+	"github.com/acemq/acemq-flow/runtime/codec"
 	"github.com/acemq/acemq-flow/runtime/decide"
 	"github.com/acemq/acemq-flow/runtime/hostcall"
 	"github.com/acemq/acemq-flow/runtime/plan"
@@ -74,6 +75,14 @@ type Options struct {
 	// type's claim_check.above is put there and published as a reference.
 	// Nil: results travel inline, and a reference is dead-lettered.
 	Blobs stores.Blobs
+	// Registry is the schema registry the Avro codec registers the flows'
+	// Avro types in at start and reads writers' schemas from (FLOW-FORMAT
+	// §6); required when the flows have an Avro type. Every stores.Set is
+	// one. RegistryReadOnly only looks the types up (`run
+	// --registry-readonly`): a subject without its type's schema stops the
+	// start, naming every one.
+	Registry         codec.Registry
+	RegistryReadOnly bool
 }
 
 // Runtime runs a Plan: it connects, declares the topology, starts the
@@ -110,6 +119,7 @@ type Runtime struct {
 	delayed decide.StepDelays // steps with a delay, by where their input is published
 
 	schedules *scheduler.Schedules // nil without schedules (schedules.go)
+	codec     *codec.Codec         // nil without Avro types (step_codec.go)
 
 	groups   map[string]*group       // by consumer id; fixed once Run has started them
 	order    []string                // consumer ids, sorted
@@ -172,34 +182,18 @@ func New(pl *plan.Plan, opts Options) (*Runtime, error) {
 		return nil, err
 	}
 	r.schedules = sch
+	if r.codec, err = newCodec(pl, opts); err != nil {
+		return nil, err
+	}
 	return r, nil
 }
 
 // Supported returns an error wrapping plan.ErrUnsupported, naming each
 // feature and its position, when pl uses parts of the format this runtime
-// does not run: Avro types (FLOW-FORMAT §6), whose payloads the runtime
-// does not encode or decode yet, so that a flow declaring one is refused
-// rather than run with JSON on the wire. New calls it; the CLI calls it
-// first too, before opening anything.
+// does not run. Today it runs all of them, Avro types included (their
+// payloads go through the codec wrapper, step_codec.go), and returns nil.
+// New calls it; the CLI calls it first too, before opening anything.
 func Supported(pl *plan.Plan) error {
-	var unsupported []string
-	seen := map[*spec.Type]bool{}
-	for _, c := range pl.Consumers {
-		if c.File == nil {
-			continue
-		}
-		for _, name := range []string{c.Input, c.Output} {
-			t := c.File.Type(name)
-			if name == "" || !t.IsAvro() || seen[t] {
-				continue
-			}
-			seen[t] = true
-			unsupported = append(unsupported, fmt.Sprintf("%s: type %q is Avro (Avro payloads are %s: `validate` and `schemas check` read Avro types, `run` does not encode or decode them)", t.Pos, t.Name, plan.ErrUnsupported))
-		}
-	}
-	if len(unsupported) > 0 {
-		return fmt.Errorf("%w; write these types as JSON Schema for now, or run these flows elsewhere:\n  %s", plan.ErrUnsupported, strings.Join(unsupported, "\n  "))
-	}
 	return nil
 }
 
@@ -276,6 +270,11 @@ func (r *Runtime) Run(ctx context.Context) (err error) {
 		return fmt.Errorf("open the publisher: %w", err)
 	}
 	r.exchanges = broker.NewExchangeCache(r.topo.ExchangeExists, trustExchangeFound, trustExchangeMissing)
+	// Before any consumer starts: a schema missing from a read-only
+	// registry, or an incompatible one, stops the start.
+	if err := r.registerTypes(ctx); err != nil {
+		return err
+	}
 	if err := r.startPlugins(ctx, startable); err != nil {
 		return err
 	}

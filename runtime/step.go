@@ -39,5 +39,7 @@ func (g *group) steps() stepFunc {
 	}
 	// The claim check is outermost: the payload checks read the body it
 	// fetched, and what every other wrapper publishes is what it stores.
-	return g.claimCheckStep(g.checkStep(g.destinationStep(g.delayStep(step))))
+	// The codec is next: it decodes the body the claim check fetched, so
+	// that the payload checks read JSON, and encodes what is stored.
+	return g.claimCheckStep(g.codecStep(g.checkStep(g.destinationStep(g.delayStep(step)))))
 }

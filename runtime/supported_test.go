@@ -1,18 +1,16 @@
 package runtime_test
 
 import (
-	"errors"
 	"strings"
 	"testing"
 
 	"github.com/acemq/acemq-flow/runtime"
-	"github.com/acemq/acemq-flow/runtime/plan"
 )
 
-// A flow with an Avro type is refused by run, naming the type and where it
-// is declared, until the runtime encodes and decodes Avro; the same flow
-// with a JSON Schema type runs.
-func TestSupportedRefusesAvroTypesNamingThem(t *testing.T) {
+// A flow with an Avro type runs (FLOW-FORMAT §6): Supported accepts it, and
+// New allocates its runtime given a schema registry; without one New
+// refuses it, naming the type, its position and --store.
+func TestSupportedAcceptsAvroTypes(t *testing.T) {
 	const flow = `version: acemq.flow/v1
 name: shop
 plugins:
@@ -27,15 +25,24 @@ pipelines:
       - {name: a, handler: k.a}
 `
 	avro := compileText(t, strings.Replace(flow, "TYPE", "    avro: {type: record, name: Order, fields: [{name: id, type: string}]}", 1))
-	err := runtime.Supported(avro)
-	if !errors.Is(err, plan.ErrUnsupported) || !strings.Contains(err.Error(), `type "Order" is Avro`) || !strings.Contains(err.Error(), "f.yaml:") {
-		t.Fatalf("Supported(an Avro type) = %v, want ErrUnsupported naming type Order and its position", err)
+	if err := runtime.Supported(avro); err != nil {
+		t.Fatalf("Supported(an Avro type) = %v, want nil", err)
 	}
-	if _, err := runtime.New(avro, runtime.Options{AMQPURL: "amqp://127.0.0.1:1/"}); !errors.Is(err, plan.ErrUnsupported) {
-		t.Errorf("New(an Avro type) = %v, want ErrUnsupported", err)
+	if !runtime.NeedsRegistry(avro) {
+		t.Error("NeedsRegistry(an Avro type) = false, want true")
+	}
+	_, err := runtime.New(avro, runtime.Options{AMQPURL: "amqp://127.0.0.1:1/"})
+	if err == nil || !strings.Contains(err.Error(), "Order (f.yaml:") || !strings.Contains(err.Error(), "--store") {
+		t.Errorf("New(an Avro type, no registry) = %v, want an error naming type Order, its position and --store", err)
+	}
+	if _, err := runtime.New(avro, runtime.Options{AMQPURL: "amqp://127.0.0.1:1/", Registry: memRegistry(t)}); err != nil {
+		t.Errorf("New(an Avro type, a registry) = %v, want nil", err)
 	}
 	json := compileText(t, strings.Replace(flow, "TYPE", "    {type: object, properties: {id: {type: string}}}", 1))
 	if err := runtime.Supported(json); err != nil {
 		t.Errorf("Supported(a JSON Schema type) = %v, want nil", err)
+	}
+	if runtime.NeedsRegistry(json) {
+		t.Error("NeedsRegistry(a JSON Schema type) = true, want false")
 	}
 }

@@ -250,6 +250,12 @@ func (s *Server) Handler() http.Handler {
 			writeError(w, badRequest{err})
 			return
 		}
+		if enc, ok := r.(FirstEncoder); ok {
+			if msg, err = enc.EncodeFirst(req.Context(), body.Target, msg); err != nil {
+				writeError(w, firstEncodeError(err))
+				return
+			}
+		}
 		writeJSON(w, http.StatusOK, WireMessageOf(msg))
 	}))
 	change := func(pattern string, fn func(req *http.Request) error) {

@@ -62,6 +62,5 @@ func (p *Plan) Names(kind string) string {
 
 // ErrUnsupported marks parts of the format the runtime does not run yet:
 // `validate` accepts them, `run` refuses them, naming the feature and its
-// position. Today that is Avro types (FLOW-FORMAT §6): validated, checked
-// by `schemas check`, not yet encoded or decoded by the engine.
+// position (runtime.Supported). Today there are none.
 var ErrUnsupported = errors.New("not supported by this runtime yet")
