@@ -57,6 +57,7 @@ func newRunCmd(io streams) *cobra.Command {
 		blobRetention                                  time.Duration
 		management                                     string
 		createSchema, withRelay, schemaRegistry        bool
+		registryReadOnly                               bool
 	)
 	cmd := &cobra.Command{
 		Use:   "run PATH...",
@@ -132,9 +133,20 @@ ACEMQ_BLOBS_URL (--blobs), ACEMQ_MANAGEMENT_URL (--management).`,
 				// relay nobody started.
 				withRelay = true
 			}
+			if runtime.NeedsRegistry(pl) {
+				// An id a message carries must resolve as long as the
+				// message exists (FLOW-FORMAT §6): ids kept in memory die
+				// with the process, and what waits in a queue with them
+				// would be dead-lettered.
+				if backend, _ := storeurl.Backend(storeURL); backend == "memory" {
+					return failed("the flows have Avro types, whose schema ids messages carry and which must outlive the process; memory: keeps nothing beyond it; use --store sqlite:PATH for one runtime or postgres://… for several")
+				}
+			}
 			// The schema registry is served from the store: asking for it
 			// opens the store like anything else that needs one.
-			if needsStore(pl) || withRelay || schemaRegistry {
+			// The flows' Avro types are registered in the store's schema
+			// registry at start (FLOW-FORMAT §6).
+			if needsStore(pl) || withRelay || schemaRegistry || runtime.NeedsRegistry(pl) {
 				var err error
 				set, err = openStoreWith(cmd.Context(), storeURL, stores.Options{ClaimTimeout: claimTimeout, PublishedRetention: published}, createSchema)
 				if err != nil {
@@ -142,6 +154,7 @@ ACEMQ_BLOBS_URL (--blobs), ACEMQ_MANAGEMENT_URL (--management).`,
 				}
 				defer set.Close()
 				opts.Store, opts.Schedules, opts.Sagas = set, set, set
+				opts.Registry, opts.RegistryReadOnly = set, registryReadOnly
 				log.Info("store opened", "store", redactStore(storeURL))
 			}
 			blobs, err := openBlobs(cmd.Context(), blobsURL, createSchema)
@@ -238,6 +251,7 @@ ACEMQ_BLOBS_URL (--blobs), ACEMQ_MANAGEMENT_URL (--management).`,
 	f.StringVar(&blobsURL, "blobs", envOr("ACEMQ_BLOBS_URL", storeurl.DefaultBlobs), "the claim check's blob store, where bodies above claim_check.above are kept: file:DIR or postgres://… (env ACEMQ_BLOBS_URL); every runtime and send of the flows must use the same one")
 	f.DurationVar(&blobRetention, "blob-retention", stores.DefaultBlobRetention, "keep a blob this long after its last put; it must outlast every queue TTL, retry ladder, .dlq and replay (validate warns)")
 	f.BoolVar(&schemaRegistry, "schema-registry", false, "serve the schema registry (the Confluent REST subset) on --admin from --store, even when the flows need no store")
+	f.BoolVar(&registryReadOnly, "registry-readonly", false, "only look the flows' Avro types up in the schema registry, never register them: a subject without its type's schema stops the start, naming it")
 	f.BoolVar(&createSchema, "create-schema", false, "create the store's tables if missing (development only; otherwise run acemq-flow migrate)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&logFormat, "log-format", "text", "text or json")

@@ -11,10 +11,12 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/acemq/acemq-flow/runtime"
 	"github.com/acemq/acemq-flow/runtime/admin"
 	"github.com/acemq/acemq-flow/runtime/decide"
 	"github.com/acemq/acemq-flow/runtime/ops"
 	"github.com/acemq/acemq-flow/runtime/plan"
+	"github.com/acemq/acemq-flow/stores"
 	"github.com/acemq/acemq-flow/stores/storeurl"
 )
 
@@ -28,6 +30,7 @@ func newSendCmd(s streams) *cobra.Command {
 		in, at    string
 		wait      time.Duration
 		blobsURL  string
+		registry  string
 	)
 	cmd := &cobra.Command{
 		Use:   "send [PATH...] (--pipeline|--itinerary|--saga NAME | --exchange X --routing-key K) [--data @file|-|JSON] [--in DURATION | --at TIME] [--wait DURATION]",
@@ -49,13 +52,20 @@ reply came in time. A saga's reply comes when its instance ends, its summary
 as payload: exit 0 when it completed, 1 when it was compensated or is
 unresolved. With --in or --at, the wait includes the delay.
 
+A payload whose input type is Avro is sent as Avro (FLOW-FORMAT §6): in the
+Confluent framing, with the schema id the registry has for the type's
+subject, looked up (never registered) in --registry or, by default, in the
+registry the running runtime serves at --admin; without PATH the runtime
+encodes it.
+
 A payload above the input type's claim_check.above (64 KiB by default; from
 the running runtime or to an exchange, the default) goes by claim check: it
 is put in the blob store --blobs names, the one the runtime uses, and the
 message carries its reference.
 
 Environment: ACEMQ_AMQP_URL (--amqp), ACEMQ_ADMIN_ADDR (--admin),
-ACEMQ_ADMIN_TOKEN (--admin-token), ACEMQ_BLOBS_URL (--blobs).`,
+ACEMQ_ADMIN_TOKEN (--admin-token), ACEMQ_BLOBS_URL (--blobs),
+ACEMQ_SCHEMA_REGISTRY_URL (--registry).`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			delay, err := parseWhen(in, at)
 			if err != nil {
@@ -85,6 +95,9 @@ ACEMQ_ADMIN_TOKEN (--admin-token), ACEMQ_BLOBS_URL (--blobs).`,
 					return failed("%v", err)
 				}
 				above = ops.FirstClaimCheckAbove(pl, t)
+				if msg, err = sendAvro(cmd.Context(), registry, adminAddr, token, runtime.FirstInputType(pl, t), msg); err != nil {
+					return err
+				}
 			} else if t.Exchange != "" || t.RoutingKey != "" {
 				if msg, err = decide.FirstMessage(&plan.Plan{}, t, payload, time.Now()); err != nil {
 					return failed("%v", err)
@@ -153,6 +166,8 @@ ACEMQ_ADMIN_TOKEN (--admin-token), ACEMQ_BLOBS_URL (--blobs).`,
 	f.StringVar(&at, "at", "", "deliver at this time (RFC 3339: 2026-09-09T14:00:00Z)")
 	f.DurationVar(&wait, "wait", 0, "wait this long for the reply (request/reply)")
 	f.StringVar(&blobsURL, "blobs", os.Getenv("ACEMQ_BLOBS_URL"), "the runtime's claim-check blob store, for a payload above its claim_check.above: file:DIR or postgres://… (env ACEMQ_BLOBS_URL)")
+	f.StringVar(&registry, "registry", os.Getenv("ACEMQ_SCHEMA_REGISTRY_URL"), "with PATH, the schema registry an Avro input type's id is looked up in: http(s)://[user:password@]host[:port][/path] (env ACEMQ_SCHEMA_REGISTRY_URL; default: the runtime's admin listener at --admin)")
+	f.Lookup("registry").DefValue = stores.Redact(registry)
 	amqpFlag(f, &amqpURL)
 	f.StringVar(&adminAddr, "admin", envOr("ACEMQ_ADMIN_ADDR", "127.0.0.1:9464"), "without PATH, the running runtime's admin address, which knows the flows (env ACEMQ_ADMIN_ADDR)")
 	f.StringVar(&token, "admin-token", envOr("ACEMQ_ADMIN_TOKEN", ""), "without PATH, the bearer token of the runtime's admin API, when it was started with one: every endpoint but /healthz and /readyz needs it (env ACEMQ_ADMIN_TOKEN)")
