@@ -42,6 +42,10 @@ func purgeBlobs(ctx context.Context, w io.Writer, blobsURL string, retention tim
 		if fi, err := os.Stat(storeurl.FilePath(blobsURL)); err != nil || !fi.IsDir() {
 			return failed("the blob store %s does not exist (no such directory); give the --blobs the runtime uses", where)
 		}
+	case "sqlite":
+		if fi, err := os.Stat(storeurl.SQLitePath(blobsURL)); err != nil || fi.IsDir() {
+			return failed("the blob store %s does not exist (no such file); give the --blobs the runtime uses", where)
+		}
 	}
 	b, err := storeurl.OpenBlobs(ctx, blobsURL, stores.Options{})
 	if err != nil {

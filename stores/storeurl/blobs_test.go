@@ -20,6 +20,8 @@ func TestBlobsBackend(t *testing.T) {
 		{"file with three slashes selects file", "file:///var/lib/acemq/blobs", "file"},
 		{"postgres scheme selects postgres", "postgres://u@h/db", "postgres"},
 		{"postgresql scheme selects postgres", "postgresql://u@h/db", "postgres"},
+		{"sqlite selects sqlite", "sqlite:flow.db", "sqlite"},
+		{"sqlite with three slashes selects sqlite", "sqlite:///var/lib/acemq/flow.db", "sqlite"},
 		{"memory selects memory", "memory:", "memory"},
 		{"the default selects file", storeurl.DefaultBlobs, "file"},
 	}
@@ -31,7 +33,7 @@ func TestBlobsBackend(t *testing.T) {
 			}
 		})
 	}
-	for _, u := range []string{"sqlite:flow.db", "s3://key:hunter2@bucket", "hunter2"} {
+	for _, u := range []string{"s3://key:hunter2@bucket", "hunter2"} {
 		_, err := storeurl.BlobsBackend(u)
 		if err == nil || strings.Contains(err.Error(), "hunter2") || !strings.Contains(err.Error(), "file:DIR") {
 			t.Errorf("BlobsBackend(%q) = %v, want an error listing file:DIR, without the password", u, err)
@@ -58,7 +60,7 @@ func TestFilePath(t *testing.T) {
 func TestOpenBlobs(t *testing.T) {
 	ctx := t.Context()
 	dir := filepath.Join(t.TempDir(), "blobs")
-	urls := []string{"file:" + dir, "memory:"}
+	urls := []string{"file:" + dir, "sqlite:" + filepath.Join(t.TempDir(), "blobs.db"), "memory:"}
 	if os.Getenv("ACEMQ_TEST_POSTGRES_URL") != "" {
 		pg := testenv.PostgresSchema(t)
 		urls = append(urls, pg)
