@@ -36,7 +36,12 @@ type Request = hostcall.Request
 // Options configure a Runtime. Settings of the deployment are options,
 // never flow-file keys.
 type Options struct {
-	AMQPURL string // required
+	// AMQPURL is the broker's URL, required: one, or several separated by
+	// commas (broker.SplitURLs), to which AMQPURLs adds more. Given the
+	// nodes of a cluster, the runtime connects to the first that answers
+	// and, when a connection is lost, to the next (broker.OpenURLs).
+	AMQPURL  string
+	AMQPURLs []string
 	// Management is the broker's management API, where the topology check
 	// reads what a queue or exchange is (see broker.ConnOptions.Management:
 	// "" derives it from AMQPURL, broker.ManagementOff keeps away).
@@ -130,7 +135,7 @@ type Runtime struct {
 // New checks that the runtime can run plan and allocates it. It does not
 // connect or start anything.
 func New(pl *plan.Plan, opts Options) (*Runtime, error) {
-	if opts.AMQPURL == "" {
+	if len(opts.brokerURLs()) == 0 {
 		return nil, errors.New("no broker URL; set --amqp or ACEMQ_AMQP_URL")
 	}
 	if opts.DrainTimeout <= 0 {
@@ -251,10 +256,10 @@ func (r *Runtime) Run(ctx context.Context) (err error) {
 	// stop the ones already started (start all or none).
 	defer r.stop()
 	defer r.closeAll()
-	if r.consume, err = broker.Open(ctx, r.opts.AMQPURL, broker.ConnOptions{Name: r.opts.Name + " consume", Log: r.log}); err != nil {
+	if r.consume, err = broker.OpenURLs(ctx, r.opts.brokerURLs(), broker.ConnOptions{Name: r.opts.Name + " consume", Log: r.log}); err != nil {
 		return fmt.Errorf("connect to the broker: %w", err)
 	}
-	if r.publish, err = broker.Open(ctx, r.opts.AMQPURL, broker.ConnOptions{Name: r.opts.Name + " publish", Log: r.log, Management: r.opts.Management}); err != nil {
+	if r.publish, err = broker.OpenURLs(ctx, r.opts.brokerURLs(), broker.ConnOptions{Name: r.opts.Name + " publish", Log: r.log, Management: r.opts.Management}); err != nil {
 		return fmt.Errorf("connect to the broker: %w", err)
 	}
 	r.metrics.watch(r)

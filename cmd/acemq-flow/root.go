@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"strings"
 
+	"github.com/acemq/acemq-flow/runtime/broker"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -116,7 +117,9 @@ func hideSecretDefaults(c *cobra.Command) {
 	for _, fs := range []*pflag.FlagSet{c.Flags(), c.PersistentFlags()} {
 		fs.VisitAll(func(f *pflag.Flag) {
 			switch {
-			case f.Name == "amqp" || f.Name == "store" || f.Name == "management":
+			case f.Name == "amqp":
+				f.DefValue = broker.RedactURLs(f.DefValue)
+			case f.Name == "store" || f.Name == "management":
 				f.DefValue = redactStore(f.DefValue)
 			case f.Name == "admin-token" && f.DefValue != "":
 				f.DefValue = "xxxxx"

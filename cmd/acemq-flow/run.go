@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 
 	"github.com/acemq/acemq-flow/runtime"
 	"github.com/acemq/acemq-flow/runtime/admin"
@@ -27,12 +26,6 @@ func envOr(name, def string) string {
 }
 
 const defaultAMQP = "amqp://guest:guest@localhost:5672/"
-
-// amqpFlag adds --amqp, the broker URL every command that talks to the
-// broker takes.
-func amqpFlag(f *pflag.FlagSet, url *string) {
-	f.StringVar(url, "amqp", envOr("ACEMQ_AMQP_URL", defaultAMQP), "broker URL (env ACEMQ_AMQP_URL)")
-}
 
 func newLogger(io streams, level, format string) (*slog.Logger, error) {
 	var lv slog.Level

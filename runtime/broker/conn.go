@@ -2,13 +2,11 @@ package broker
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"net"
-	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -104,20 +102,18 @@ func (o *ConnOptions) defaults() {
 
 // Conn is a named AMQP connection that redials by itself, with capped
 // exponential backoff and jitter, whenever the connection dies (broker
-// restart, a forced close, a missed heartbeat). Channels do not survive a
-// reconnect: Publisher and Consumer open new ones and carry on.
+// restart, a forced close, a missed heartbeat), to the next of its URLs
+// when it has several (OpenURLs). Channels do not survive a reconnect:
+// Publisher and Consumer open new ones and carry on.
 //
-// A Conn is safe for concurrent use. The URL is never logged or put in an
+// A Conn is safe for concurrent use. A URL is never logged or put in an
 // error except redacted (see redactURL).
 type Conn struct {
-	url      string // carries the password: never log, never format
-	redacted string
-	pass     []string // the password as written and decoded, for scrub
-	opts     ConnOptions
-	log      *slog.Logger
-	mgmt     *management // nil: ManagementOff
-	tls      *tls.Config // nil: amqp://; see TLSConfig
-	dialURL  string      // url, or for amqps its amqp:// twin: the handshake is dial's own (tls.go)
+	eps  []*endpoint  // the broker URLs, tried in order (urls.go)
+	at   atomic.Int32 // the index in eps of the current connection, or of the last one
+	pass []string     // every endpoint's password as written and decoded, for scrub
+	opts ConnOptions
+	log  *slog.Logger
 
 	mu    sync.Mutex
 	cur   *amqp.Connection
@@ -143,61 +139,51 @@ type Conn struct {
 }
 
 // Open connects to the broker at rawURL and returns a Conn that stays
-// connected until Close. If the broker does not answer, Open keeps trying
-// with backoff until ctx ends, and then returns the last error. The caller
-// closes the Conn.
+// connected until Close. rawURL may hold several URLs separated by commas
+// (SplitURLs), the nodes of a cluster: see OpenURLs. If no broker answers,
+// Open keeps trying with backoff until ctx ends, and then returns the last
+// error. The caller closes the Conn.
 func Open(ctx context.Context, rawURL string, opts ConnOptions) (*Conn, error) {
+	return OpenURLs(ctx, SplitURLs(rawURL), opts)
+}
+
+// OpenURLs is Open with the broker URLs as a list. It connects to the first
+// that answers, trying them in order; when that connection is lost it
+// redials the next in the list, round robin, with the backoff growing per
+// failed attempt, so that a Conn given every node of a cluster follows the
+// nodes that run. A URL that refuses the user or the vhost at the first
+// connection is skipped; if every one refuses, OpenURLs returns the
+// refusals at once.
+func OpenURLs(ctx context.Context, rawURLs []string, opts ConnOptions) (*Conn, error) {
 	opts.defaults()
-	redacted := redactURL(rawURL)
-	// A '/', '?' or '#' in the password ends the authority early: net/url
-	// then fails with an error quoting part of the password, or reads that
-	// part as the port or the path, and the '@' lands after the host. Its
-	// error text is never used.
-	u, err := url.Parse(rawURL)
-	if err != nil || atAfterHost(rawURL) {
-		return nil, fmt.Errorf("connection %q: invalid AMQP URL %s; write it as amqp://user:password@host:port/vhost and percent-encode '/', '?', '#' and '@' in the user name, password and vhost (%%2F, %%3F, %%23, %%40)", opts.Name, redacted)
-	}
-	var pass []string
-	if p, ok := u.User.Password(); ok && p != "" {
-		pass = append(pass, p)
-		if _, raw, _ := strings.Cut(u.User.String(), ":"); raw != p {
-			pass = append(pass, raw)
-		}
+	if len(rawURLs) == 0 {
+		return nil, fmt.Errorf("connection %q: no broker URL; give one, amqp://user:password@host:port/vhost, or several separated by commas", opts.Name)
 	}
 	c := &Conn{
-		url:      rawURL,
-		redacted: redacted,
-		pass:     pass,
-		opts:     opts,
-		ready:    make(chan struct{}),
-		closing:  make(chan struct{}),
-		done:     make(chan struct{}),
+		opts:    opts,
+		ready:   make(chan struct{}),
+		closing: make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	for _, raw := range rawURLs {
+		ep, err := newEndpoint(raw, opts.Name, opts)
+		if err != nil {
+			return nil, err
+		}
+		c.eps = append(c.eps, ep)
+		c.pass = append(c.pass, ep.pass...)
 	}
 	open := make(chan struct{})
 	close(open)
 	c.unblocked.Store(&open)
 	c.log = opts.Log.With("connection", opts.Name)
-	if _, err := amqp.ParseURI(rawURL); err != nil {
-		return nil, fmt.Errorf("connection %q: invalid AMQP URL %s: %w", opts.Name, redacted, c.scrub(err))
-	}
-	if c.tls, err = TLSConfig(rawURL); err != nil {
-		return nil, fmt.Errorf("connection %q to %s: %w", opts.Name, redacted, c.scrub(err))
-	}
-	c.dialURL = rawURL
-	if c.tls != nil {
-		c.dialURL = plainTwin(u)
-	}
-	if c.mgmt, err = newManagement(rawURL, opts.Management, opts.OpTimeout); err != nil {
-		return nil, fmt.Errorf("connection %q: %w", opts.Name, c.scrub(err))
-	}
-	c.mgmt.verifyAs(c.tls)
 
-	ac, err := c.dialRetry(ctx, 0)
+	ac, err := c.dialRetry(ctx, 0, 0)
 	if err != nil {
 		return nil, err
 	}
 	c.setConnected(ac)
-	c.log.Info("connection opened", "url", c.redacted)
+	c.log.Info("connection opened", "url", c.ep().redacted, "node", c.ep().node)
 	c.lastTick.Store(int64(mono()))
 	go c.supervise(ac)
 	go c.watchLiveness()
@@ -207,16 +193,18 @@ func Open(ctx context.Context, rawURL string, opts ConnOptions) (*Conn, error) {
 // Name returns the connection name the broker shows.
 func (c *Conn) Name() string { return c.opts.Name }
 
-// URL returns the broker URL with its password redacted.
-func (c *Conn) URL() string { return c.redacted }
+// URL returns the broker URL connected to (or last connected to, while
+// reconnecting) with its password redacted.
+func (c *Conn) URL() string { return c.ep().redacted }
 
 // Management returns the management API URL a Topology on this Conn reads,
 // with its password redacted, or "" for ManagementOff.
 func (c *Conn) Management() string {
-	if c.mgmt == nil {
+	m := c.mgmtAPI()
+	if m == nil {
 		return ""
 	}
-	return c.mgmt.shown
+	return m.shown
 }
 
 // State returns what the connection is doing now.
@@ -465,7 +453,8 @@ func (c *Conn) supervise(ac *amqp.Connection) {
 			}
 		}
 		c.setLost()
-		c.log.Warn("connection lost; reconnecting", "error", cause)
+		from := c.ep()
+		c.log.Warn("connection lost; reconnecting", "node", from.node, "error", cause)
 		start := time.Now()
 		ctx, cancel := context.WithCancel(context.Background())
 		go func() {
@@ -475,7 +464,9 @@ func (c *Conn) supervise(ac *amqp.Connection) {
 			case <-ctx.Done():
 			}
 		}()
-		next, err := c.dialRetry(ctx, 1)
+		// The next URL first: the node just lost is likelier down than
+		// the others (round robin; one URL redials itself).
+		next, err := c.dialRetry(ctx, 1, (int(c.at.Load())+1)%len(c.eps))
 		cancel()
 		if err != nil {
 			c.state.Store(int32(StateClosed))
@@ -485,31 +476,43 @@ func (c *Conn) supervise(ac *amqp.Connection) {
 		ac = next
 		c.reconnects.Add(1)
 		c.setConnected(ac)
-		c.log.Warn("connection re-established", "duration", time.Since(start).Round(time.Millisecond))
+		if to := c.ep(); to != from {
+			c.log.Warn("connection re-established on another node", "node", to.node, "from", from.node, "duration", time.Since(start).Round(time.Millisecond))
+		} else {
+			c.log.Warn("connection re-established", "node", to.node, "duration", time.Since(start).Round(time.Millisecond))
+		}
 	}
 }
 
-// dialRetry dials until it succeeds or ctx ends; it returns the last dial
-// error with the context error.
-func (c *Conn) dialRetry(ctx context.Context, attempt int) (*amqp.Connection, error) {
+// dialRetry dials until it succeeds or ctx ends, the endpoints in turn from
+// eps[from], and records the one connected to; it returns the last dial
+// error with the context error. attempt 0 is a first connection, which
+// gives up at once when every endpoint refuses it.
+func (c *Conn) dialRetry(ctx context.Context, attempt, from int) (*amqp.Connection, error) {
 	var last error
+	var refused []error
 	for n := attempt; ; n++ {
-		ac, err := c.dial(ctx)
+		i := (from + n - attempt) % len(c.eps)
+		ep := c.eps[i]
+		ac, err := c.dial(ctx, ep)
 		if err == nil {
+			c.at.Store(int32(i))
 			return ac, nil
 		}
 		last = err
-		if n == 0 {
-			if refused := c.refusal(err); refused != nil {
+		if attempt == 0 && n < len(c.eps) {
+			if r := c.refusal(ep, err); r != nil {
 				// Waiting fixes neither a wrong password nor a missing
-				// vhost: a first connection fails at once. A connection
-				// lost later keeps trying (credentials can be put right
-				// while it waits).
-				return nil, refused
+				// vhost: a first connection that every URL refuses fails
+				// at once. A connection lost later keeps trying
+				// (credentials can be put right while it waits).
+				if refused = append(refused, r); len(refused) == len(c.eps) {
+					return nil, errors.Join(refused...)
+				}
 			}
 		}
 		d := backoff(n, c.opts.BackoffMin, c.opts.BackoffMax)
-		c.log.Warn("connect failed", "url", c.redacted, "attempt", n+1, "error", err, "duration", d)
+		c.log.Warn("connect failed", "url", ep.redacted, "node", ep.node, "attempt", n+1, "error", err, "duration", d)
 		t := time.NewTimer(d)
 		select {
 		case <-t.C:
@@ -525,20 +528,20 @@ func (c *Conn) dialRetry(ctx context.Context, attempt int) (*amqp.Connection, er
 
 // refusal returns err as a sentence when it is the broker refusing the
 // connection's user or vhost, nil otherwise.
-func (c *Conn) refusal(err error) error {
+func (c *Conn) refusal(ep *endpoint, err error) error {
 	code := ReplyCode(err)
 	switch {
 	case errors.Is(err, amqp.ErrVhost), code == amqp.NotAllowed:
-		return fmt.Errorf("connection %q: the broker at %s refused the virtual host (%v); check that it exists and that the user may use it (rabbitmqctl list_permissions -p VHOST)", c.opts.Name, c.redacted, err)
+		return fmt.Errorf("connection %q: the broker at %s refused the virtual host (%v); check that it exists and that the user may use it (rabbitmqctl list_permissions -p VHOST)", c.opts.Name, ep.redacted, err)
 	case errors.Is(err, amqp.ErrCredentials), errors.Is(err, amqp.ErrSASL), code == amqp.AccessRefused:
-		return fmt.Errorf("connection %q: the broker at %s refused the user name and password (%v); correct them in the URL", c.opts.Name, c.redacted, err)
+		return fmt.Errorf("connection %q: the broker at %s refused the user name and password (%v); correct them in the URL", c.opts.Name, ep.redacted, err)
 	case tlsRefusal(err) != "":
-		return fmt.Errorf("connection %q to %s: %s", c.opts.Name, c.redacted, tlsRefusal(err))
+		return fmt.Errorf("connection %q to %s: %s", c.opts.Name, ep.redacted, tlsRefusal(err))
 	}
 	return nil
 }
 
-func (c *Conn) dial(ctx context.Context) (*amqp.Connection, error) {
+func (c *Conn) dial(ctx context.Context, ep *endpoint) (*amqp.Connection, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.opts.DialTimeout)
 	defer cancel()
 	deadline, _ := ctx.Deadline()
@@ -563,8 +566,8 @@ func (c *Conn) dial(ctx context.Context) (*amqp.Connection, error) {
 				nc.Close()
 				return nil, err
 			}
-			if c.tls != nil {
-				if tc, err = handshake(ctx, nc, c.tls); err != nil {
+			if ep.tls != nil {
+				if tc, err = handshake(ctx, nc, ep.tls); err != nil {
 					return nil, err
 				}
 				nc = tc
@@ -574,10 +577,10 @@ func (c *Conn) dial(ctx context.Context) (*amqp.Connection, error) {
 			return sock, nil
 		},
 	}
-	ac, err := amqp.DialConfig(c.dialURL, cfg)
+	ac, err := amqp.DialConfig(ep.dialURL, cfg)
 	if err != nil {
 		err = tc.explain(err)
-		return nil, fmt.Errorf("connect %q to %s: %w", c.opts.Name, c.redacted, c.scrub(err))
+		return nil, fmt.Errorf("connect %q to %s: %w", c.opts.Name, ep.redacted, c.scrub(err))
 	}
 	c.mu.Lock()
 	c.sock = sock
@@ -586,12 +589,14 @@ func (c *Conn) dial(ctx context.Context) (*amqp.Connection, error) {
 	return ac, nil
 }
 
-// scrub guarantees that an error never carries the password: an error whose
-// text contains it is replaced by one with the text redacted and no chain.
-func (c *Conn) scrub(err error) error {
+// scrub guarantees that an error never carries a password: an error whose
+// text contains one is replaced by one with the text redacted and no chain.
+func (c *Conn) scrub(err error) error { return scrubWith(c.pass, err) }
+
+func scrubWith(pass []string, err error) error {
 	text := err.Error()
 	found := false
-	for _, p := range c.pass {
+	for _, p := range pass {
 		if strings.Contains(text, p) {
 			text, found = strings.ReplaceAll(text, p, "xxxxx"), true
 		}

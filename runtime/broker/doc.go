@@ -13,7 +13,8 @@
 // A caller uses it in this order:
 //
 //  1. Open two connections, one for publishing and one for consuming
-//     (Open). Each reconnects by itself until Close.
+//     (Open, or OpenURLs with every node of a cluster). Each reconnects by
+//     itself until Close, to the next URL when it has several.
 //  2. Check the topology, then declare it (NewTopology; Topology.Check for
 //     topology.apply validate, which creates nothing; Topology.CheckDrift
 //     before Topology.Declare, so that drift stops a start before anything

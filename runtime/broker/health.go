@@ -19,6 +19,9 @@ import (
 type Health struct {
 	Name  string `json:"name"`
 	State string `json:"state"` // connecting, connected, reconnecting or closed
+	// Node is the host:port of the broker node connected to, or last
+	// connected to while reconnecting (one of several URLs: OpenURLs).
+	Node string `json:"node"`
 	// Blocked: the broker blocks the connection's publishes (a memory or
 	// disk alarm, connection.blocked) since BlockedSince, for
 	// BlockedReason as the broker gave it ("low on memory").
@@ -41,6 +44,8 @@ func (h Health) Ready() bool {
 // Why says in a sentence why the connection is not ready, or "" when it is.
 func (h Health) Why() string {
 	switch {
+	case h.State != StateConnected.String() && h.Node != "":
+		return fmt.Sprintf("connection %q is %s (last connected to %s)", h.Name, h.State, h.Node)
 	case h.State != StateConnected.String():
 		return fmt.Sprintf("connection %q is %s", h.Name, h.State)
 	case h.Blocked:
@@ -125,7 +130,7 @@ func (c *Conn) watchLiveness() {
 
 // Health returns what the Conn knows of its connection now.
 func (c *Conn) Health() Health {
-	h := Health{Name: c.opts.Name, State: c.State().String()}
+	h := Health{Name: c.opts.Name, State: c.State().String(), Node: c.Node()}
 	hb := time.Duration(c.heartbeat.Load())
 	h.Heartbeat = hb.String()
 	c.blockMu.Lock()

@@ -234,7 +234,7 @@ func (t *Topology) declareFailed(ctx context.Context, kind, name string, err err
 	if !errors.As(err, &de) {
 		return err
 	}
-	d, rerr := read(&checker{t: t, m: t.conn.mgmt})
+	d, rerr := read(&checker{t: t, m: t.conn.mgmtAPI()})
 	if rerr != nil {
 		t.log.Debug("drift not read beyond the refusal", kind, name, "error", rerr)
 		return de

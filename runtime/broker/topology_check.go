@@ -163,7 +163,7 @@ func (t *Topology) CheckDrift(ctx context.Context, exchanges []Exchange, queues 
 }
 
 func (t *Topology) check(ctx context.Context, exchanges []Exchange, queues []Queue, bindings []Binding, missingOK bool) ([]Difference, error) {
-	c := &checker{t: t, m: t.conn.mgmt}
+	c := &checker{t: t, m: t.conn.mgmtAPI()}
 	var diffs []Difference
 	var errs []error
 	skip := map[string]bool{} // "x:name", "q:name": missing or not checked
