@@ -62,11 +62,13 @@ bench: services build
 # Long fault injection under load (a short form runs in `make test`).
 # The reliability suite (test/reliability, research/reliability.md §7) prints
 # its table at the end; ACEMQ_RELIABILITY_TABLE=FILE also writes it there.
-chaos: services build
+# Both start the private cluster first (make cluster): S5, S25 and S26 stop,
+# restart and kill its nodes, never the shared broker's.
+chaos: services build cluster
 	$(GO) test -count=1 -tags chaos -run '^TestChaos' -timeout 60m -v ./test/e2e
 	$(GO) test -count=1 -tags chaos -run '^TestChaosS' -timeout 60m -v ./test/reliability
 
-chaos-short: services build
+chaos-short: services build cluster
 	$(GO) test -count=1 -tags chaos -run '^TestChaos' -timeout 15m -v ./test/e2e -soak 45s
 	$(GO) test -count=1 -tags chaos -short -run '^TestChaosS' -timeout 15m -v ./test/reliability
 

@@ -33,6 +33,13 @@ running() { ctl "$1" status >/dev/null 2>&1; }
 start_node() {
 	local n=$1 dir=$BASE/$1
 	if running "$n"; then
+		# The VM may run with RabbitMQ stopped in it (stop_app): start it.
+		if [ "$(ctl "$n" eval 'rabbit:is_running().' 2>/dev/null)" = false ]; then
+			echo "starting RabbitMQ in $n@localhost (its app was stopped)"
+			ctl "$n" start_app
+			ctl "$n" await_startup --timeout 120
+			return
+		fi
 		echo "$n@localhost already runs"
 		return
 	fi

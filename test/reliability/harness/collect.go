@@ -160,7 +160,18 @@ type QueueDepth struct {
 // Queues lists the queues of vhost with their depths and arguments.
 func Queues(t testing.TB, vhost string) []QueueDepth {
 	t.Helper()
-	out := Rabbitmqctl(t, "list_queues", "-p", vhost, "-q", "--no-table-headers", "name", "messages_ready", "messages_unacknowledged", "arguments")
+	return QueuesOn(t, "", vhost)
+}
+
+// QueuesOn is Queues asking the broker node node ("" for rabbitmqctl's
+// default).
+func QueuesOn(t testing.TB, node, vhost string) []QueueDepth {
+	t.Helper()
+	args := []string{"list_queues", "-p", vhost, "-q", "--no-table-headers", "name", "messages_ready", "messages_unacknowledged", "arguments"}
+	if node != "" {
+		args = append([]string{"-n", node}, args...)
+	}
+	out := Rabbitmqctl(t, args...)
 	var qs []QueueDepth
 	for _, l := range strings.Split(out, "\n") {
 		f := strings.Fields(l)
@@ -181,12 +192,19 @@ func Queues(t testing.TB, vhost string) []QueueDepth {
 // drained ("" when drained).
 func Drain(t testing.TB, r *Replies, vhost, replyQueue string, ok []string, d time.Duration) string {
 	t.Helper()
+	return DrainOn(t, "", r, vhost, replyQueue, ok, d)
+}
+
+// DrainOn is Drain asking the broker node node ("" for rabbitmqctl's
+// default) for the queues' depths.
+func DrainOn(t testing.TB, node string, r *Replies, vhost, replyQueue string, ok []string, d time.Duration) string {
+	t.Helper()
 	end := time.Now().Add(d)
 	last, quietSince := -1, time.Now()
 	for {
 		missing := r.WaitFor(ok, time.Second)
 		var busy []string
-		for _, q := range Queues(t, vhost) {
+		for _, q := range QueuesOn(t, node, vhost) {
 			if q.Name == replyQueue || strings.HasSuffix(q.Name, ".dlq") || strings.HasSuffix(q.Name, ".parked") {
 				continue
 			}
@@ -220,6 +238,13 @@ type DeadLetter struct {
 // .parked queue of vhost.
 func DeadLetters(t testing.TB, url, vhost string) []DeadLetter {
 	t.Helper()
+	return DeadLettersOn(t, "", url, vhost)
+}
+
+// DeadLettersOn is DeadLetters asking the broker node node ("" for
+// rabbitmqctl's default) for the list of queues.
+func DeadLettersOn(t testing.TB, node, url, vhost string) []DeadLetter {
+	t.Helper()
 	conn, err := amqp.Dial(url)
 	if err != nil {
 		t.Fatal(err)
@@ -230,7 +255,7 @@ func DeadLetters(t testing.TB, url, vhost string) []DeadLetter {
 		t.Fatal(err)
 	}
 	var out []DeadLetter
-	for _, q := range Queues(t, vhost) {
+	for _, q := range QueuesOn(t, node, vhost) {
 		if !strings.HasSuffix(q.Name, ".dlq") && !strings.HasSuffix(q.Name, ".parked") {
 			continue
 		}

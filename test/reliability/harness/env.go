@@ -30,6 +30,11 @@ type Services struct {
 	VHost    string
 	Postgres string // the database URL as given
 	Ledger   string // the database URL with search_path at the ledger's schema
+	// On the private cluster (ClusterEnv): Node is the node rabbitmqctl
+	// asks ("" on the shared broker: rabbitmqctl's default), URLs every
+	// node's URL at the vhost.
+	Node string
+	URLs []string
 }
 
 // Env gates the scenario on both services (skipping when a variable is
