@@ -22,6 +22,10 @@ type Cluster struct {
 type Node struct {
 	ID, Label string
 	Shape     string // box, round, diamond, stadium
+	// Consumer is the registry id of the consumer group the node stands
+	// for (a step, a saga step or its compensation, a consumer), empty for
+	// the others: the status page shows that group's numbers on it.
+	Consumer string
 }
 
 type Edge struct {
@@ -65,7 +69,7 @@ func BuildGraph(p *Plan) Graph {
 			if c.Output != "" {
 				label += "\n→ " + c.Output
 			}
-			cl.Nodes = append(cl.Nodes, Node{ID: id, Label: label, Shape: "box"})
+			cl.Nodes = append(cl.Nodes, Node{ID: id, Label: label, Shape: "box", Consumer: c.ID})
 			if prev != "" {
 				lbl := ""
 				if c.Delay > 0 {
@@ -113,13 +117,13 @@ func BuildGraph(p *Plan) Graph {
 			if st.When != "" {
 				label += "\nwhen " + st.When
 			}
-			cl.Nodes = append(cl.Nodes, Node{ID: id, Label: label, Shape: "box"})
+			cl.Nodes = append(cl.Nodes, Node{ID: id, Label: label, Shape: "box", Consumer: SagaStepConsumerID(s.Name, st.Name)})
 			if prev != "" {
 				g.Edges = append(g.Edges, Edge{From: prev, To: id})
 			}
 			if st.Compensate != "" {
 				cid := gid("saga", s.Name, st.Name, "compensate")
-				cl.Nodes = append(cl.Nodes, Node{ID: cid, Label: "undo " + st.Name + "\n" + st.Compensate, Shape: "round"})
+				cl.Nodes = append(cl.Nodes, Node{ID: cid, Label: "undo " + st.Name + "\n" + st.Compensate, Shape: "round", Consumer: CompensateConsumerID(s.Name, st.Name)})
 				g.Edges = append(g.Edges, Edge{From: id, To: cid, Label: "on failure", Dashed: true})
 				if prevComp != "" {
 					g.Edges = append(g.Edges, Edge{From: cid, To: prevComp, Label: "then", Dashed: true})
@@ -136,7 +140,7 @@ func BuildGraph(p *Plan) Graph {
 			continue
 		}
 		id := gid("consumer", c.ID)
-		consumers.Nodes = append(consumers.Nodes, Node{ID: id, Label: c.ID + "\nqueue " + c.Queue + "\n" + c.Handler, Shape: "box"})
+		consumers.Nodes = append(consumers.Nodes, Node{ID: id, Label: c.ID + "\nqueue " + c.Queue + "\n" + c.Handler, Shape: "box", Consumer: c.ID})
 		for _, b := range p.Bindings {
 			if b.Owner == c.ID && b.Queue == c.Queue {
 				g.Edges = append(g.Edges, Edge{From: exchangeNode(b.Exchange), To: id, Label: b.RoutingKey})
