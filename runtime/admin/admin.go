@@ -26,6 +26,7 @@ import (
 	"github.com/acemq/acemq-flow/runtime/broker"
 	"github.com/acemq/acemq-flow/runtime/decide"
 	"github.com/acemq/acemq-flow/runtime/plan"
+	"github.com/acemq/acemq-flow/runtime/scheduler"
 )
 
 // Runtime is what the admin API serves: readiness and the consumer
@@ -89,7 +90,7 @@ func status(r Runtime) Status {
 // Options configure a Server.
 type Options struct {
 	Addr    string // host:port to listen on
-	Token   string // bearer token every endpoint but /healthz and /readyz needs; required beyond loopback
+	Token   string // bearer token every endpoint but /healthz, /readyz and the status page's reads needs; required beyond loopback
 	Runtime Runtime
 	// Plan is the plan the runtime runs: /v1/messages/first builds the
 	// first message of a run from it.
@@ -100,7 +101,16 @@ type Options struct {
 	// Registry REST API (registry.go): /schemas/ids/{id}, /subjects/...,
 	// /compatibility/..., /config. Every stores.Set is one.
 	Registry Registry
-	Log      *slog.Logger // nil discards
+	// Ticks, Sagas and Broker are what the status page reads beside the
+	// engine (page.go): the store the plan's schedules claim their ticks
+	// in (GET /v1/schedules), the store of its sagas' instances (GET
+	// /v1/sagas), and the broker's delay ladder and dead letters (GET
+	// /v1/delays, GET /v1/deadletters). Each may be nil: its endpoint then
+	// shows nothing, or says what it cannot read.
+	Ticks  scheduler.LastTicks
+	Sagas  SagaStore
+	Broker BrokerReads
+	Log    *slog.Logger // nil discards
 }
 
 // Server serves the admin API.
@@ -188,9 +198,9 @@ func CheckExposure(addr, token string) error {
 	return fmt.Errorf("%w (%s); set --admin-token or ACEMQ_ADMIN_TOKEN, or bind to 127.0.0.1", ErrExposed, addr)
 }
 
-// Handler serves health, readiness, metrics, the consumer registry and the
-// first message of a run. Nothing here ever shows a payload or a
-// credential.
+// Handler serves health, readiness, metrics, the consumer registry, the
+// first message of a run and the status page (page.go). Nothing here ever
+// shows a credential, or more of a payload than inspect's preview.
 func (s *Server) Handler() http.Handler {
 	r := s.opts.Runtime
 	mux := http.NewServeMux()
@@ -292,6 +302,7 @@ func (s *Server) Handler() http.Handler {
 	if s.opts.Registry != nil {
 		s.registryRoutes(mux)
 	}
+	s.pageRoutes(mux)
 	return mux
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/acemq/acemq-flow/runtime"
 	"github.com/acemq/acemq-flow/runtime/decide"
+	"github.com/acemq/acemq-flow/runtime/scheduler"
 )
 
 // WireMessage is a message as JSON, for the admin API: `send` without flow
@@ -99,6 +100,14 @@ func (a *Client) FirstMessage(ctx context.Context, t decide.Target, payload []by
 	var wm WireMessage
 	err := a.post(ctx, "/v1/messages/first", map[string]any{"target": t, "payload": json.RawMessage(payload)}, &wm)
 	return wm.Message(), err
+}
+
+// Schedules asks the runtime for its schedules with their last and next
+// tick and the ticks missed (GET /v1/schedules).
+func (a *Client) Schedules(ctx context.Context) (scheduler.View, error) {
+	var v scheduler.View
+	err := a.do(ctx, "GET", "/v1/schedules", &v)
+	return v, err
 }
 
 func (a *Client) do(ctx context.Context, method, path string, out any) error {

@@ -62,7 +62,17 @@ func Run(t *testing.T, url string, pl *plan.Plan, opts runtime.Options) *runtime
 // when it is not empty) until the test ends, and returns its address.
 func Admin(t *testing.T, rt *runtime.Runtime, pl *plan.Plan, token string) string {
 	t.Helper()
-	srv, err := admin.New(admin.Options{Addr: testenv.FreeAddr(t), Token: token, Runtime: rt, Plan: pl, Metrics: rt.Metrics()})
+	return AdminWith(t, admin.Options{Token: token, Runtime: rt, Plan: pl, Metrics: rt.Metrics()})
+}
+
+// AdminWith serves an admin API with opts (on a free loopback port when
+// opts.Addr is empty) until the test ends, and returns its address.
+func AdminWith(t *testing.T, opts admin.Options) string {
+	t.Helper()
+	if opts.Addr == "" {
+		opts.Addr = testenv.FreeAddr(t)
+	}
+	srv, err := admin.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
