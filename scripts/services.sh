@@ -2,7 +2,8 @@
 # Starts what acemq-flow's tests and `make run` need on this machine:
 # RabbitMQ (127.0.0.1:5672, with the management API on 127.0.0.1:15672, which
 # the topology drift check reads) and PostgreSQL (127.0.0.1:5432, database
-# "test"), plus the Debian packages the cross-language tests use. Installs what is
+# "test"), plus the Debian packages the cross-language tests and the status
+# page's browser test (chromium) use. Installs what is
 # missing when run as root with apt-get; otherwise says what to install.
 # `services.sh rabbitmq` sees to RabbitMQ alone (what `make run` needs).
 set -u
@@ -42,6 +43,8 @@ if [ "$ONLY" != rabbitmq ]; then
   [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import pika' 2>/dev/null || missing+=(python3-pika)
   # The Python plugin test and test/interop import it.
   [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import cryptography' 2>/dev/null || missing+=(python3-cryptography)
+  # runtime/admin opens the status page in headless Chromium.
+  have chromium || missing+=(chromium)
 fi
 if [ ${#missing[@]} -gt 0 ]; then apt_install "${missing[@]}" || true; fi
 

@@ -175,6 +175,7 @@ ACEMQ_BLOBS_URL (--blobs), ACEMQ_MANAGEMENT_URL (--management).`,
 			defer cancel()
 			if adminAddr != "" {
 				aopts := admin.Options{Addr: adminAddr, Token: token, Runtime: rt, Plan: pl, Metrics: rt.Metrics(), Log: log}
+				statusPage(&aopts, amqpURL, pl, set)
 				if set != nil {
 					// The Confluent REST subset of the schema registry
 					// (FLOW-FORMAT §6), on the store's schemas.
@@ -232,8 +233,8 @@ ACEMQ_BLOBS_URL (--blobs), ACEMQ_MANAGEMENT_URL (--management).`,
 	}
 	f := cmd.Flags()
 	amqpFlag(f, &amqpURL)
-	f.StringVar(&adminAddr, "admin", envOr("ACEMQ_ADMIN_ADDR", "127.0.0.1:9464"), "admin listener: health, readiness, metrics, the consumer registry (env ACEMQ_ADMIN_ADDR); empty disables it")
-	f.StringVar(&token, "admin-token", envOr("ACEMQ_ADMIN_TOKEN", ""), "bearer token every admin endpoint but /healthz and /readyz requires (metrics and listings included); required when --admin is not loopback (env ACEMQ_ADMIN_TOKEN)")
+	f.StringVar(&adminAddr, "admin", envOr("ACEMQ_ADMIN_ADDR", "127.0.0.1:9464"), "admin listener: health, readiness, metrics, the consumer registry, the status page at / (env ACEMQ_ADMIN_ADDR); empty disables it")
+	f.StringVar(&token, "admin-token", envOr("ACEMQ_ADMIN_TOKEN", ""), "bearer token every admin endpoint but /healthz, /readyz and the read-only status page requires (metrics and listings included); required when --admin is not loopback (env ACEMQ_ADMIN_TOKEN)")
 	f.DurationVar(&drain, "drain-timeout", 30*time.Second, "how long handlers in flight may finish on shutdown")
 	f.StringVar(&storeURL, "store", envOr("ACEMQ_STORE_URL", defaultStore), "the store of idempotency claims, the outbox, schedules' ticks and saga instances: postgres://…, sqlite:PATH or memory: (not for schedules or sagas) (env ACEMQ_STORE_URL)")
 	f.DurationVar(&claimTimeout, "claim-timeout", 5*time.Minute, "idempotency claims' lease: set it above the slowest handler")

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,16 +10,15 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/acemq/acemq-flow/runtime/plan"
+	"github.com/acemq/acemq-flow/runtime/admin"
 	"github.com/acemq/acemq-flow/runtime/scheduler"
-	"github.com/acemq/acemq-flow/stores"
 	"github.com/acemq/acemq-flow/stores/storeurl"
 )
 
 func newSchedulesCmd(s streams) *cobra.Command {
-	var format, storeURL string
+	var format, storeURL, adminAddr, token string
 	cmd := &cobra.Command{
-		Use:   "schedules [--store URL] [--format text|json] PATH...",
+		Use:   "schedules [PATH...] [--store URL] [--format text|json]",
 		Short: "List the flows' schedules with their last and next tick and the ticks missed",
 		Long: `List each schedule of the flows: when it fires (cron or every, in its
 timezone), its missed policy and window, the last tick claimed in the store
@@ -33,21 +31,28 @@ missed_window; skip: none) and gives up the rest, which the runtime counts in
 acemq_schedule_missed_ticks_total. Ticks are computed by the runtime's own
 schedule code, and shown in each schedule's timezone (UTC in JSON).
 
-The store is the one the runtimes claim ticks in (run --store); the command
-only reads it.
+With PATH, the schedules are those of the flow files or folders named, and
+their ticks are read from --store, the store the runtimes claim ticks in
+(run --store); the command only reads it. Without PATH, the running runtime
+at --admin answers with the schedules it runs and its own store's ticks
+(GET /v1/schedules).
 
-Environment: ACEMQ_STORE_URL (--store).`,
-		Args: func(cmd *cobra.Command, args []string) error {
-			if len(args) == 0 {
-				// The schedules and their ticks are the flows': the store
-				// knows only the ticks claimed.
-				return usage("name the flow files or folders whose schedules to list: acemq-flow schedules [--store URL] PATH...")
-			}
-			return nil
-		},
+Environment: ACEMQ_STORE_URL (--store), ACEMQ_ADMIN_ADDR (--admin),
+ACEMQ_ADMIN_TOKEN (--admin-token).`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if format != "text" && format != "json" {
 				return usage("--format must be text or json, not %q", format)
+			}
+			if len(args) == 0 {
+				// The running runtime knows its schedules and its store.
+				if cmd.Flags().Changed("store") {
+					return usage("--store reads the ticks of the flows PATH names; without PATH the runtime at --admin answers from its own store: name the flow files, or leave out --store")
+				}
+				view, err := admin.NewClient(adminAddr, token).Schedules(cmd.Context())
+				if err != nil {
+					return failed("%v", err)
+				}
+				return renderSchedules(s.out, format, view, "the runtime's flows have no schedules")
 			}
 			backend, err := storeurl.Backend(storeURL)
 			if err != nil {
@@ -63,7 +68,7 @@ Environment: ACEMQ_STORE_URL (--store).`,
 			}
 			if len(pl.Schedules) == 0 {
 				// Nothing to read in a store.
-				return renderSchedules(s.out, format, schedulesView{Schedules: []scheduleView{}})
+				return renderSchedules(s.out, format, scheduler.View{Schedules: []scheduler.ScheduleView{}}, "the flows have no schedules")
 			}
 			set, err := openStore(cmd.Context(), storeURL, 0, false)
 			if err != nil {
@@ -73,107 +78,41 @@ Environment: ACEMQ_STORE_URL (--store).`,
 				return failed("%v", err)
 			}
 			defer set.Close()
-			view, err := scheduleViews(cmd.Context(), set, pl.Schedules, schedulesNow())
+			view, err := scheduler.ViewAt(cmd.Context(), set, pl.Schedules, schedulesNow())
 			if err != nil {
 				return failed("the store %s: %v", redactStore(storeURL), err)
 			}
-			return renderSchedules(s.out, format, view)
+			return renderSchedules(s.out, format, view, "the flows have no schedules")
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&format, "format", "text", "output format: text or json")
-	f.StringVar(&storeURL, "store", envOr("ACEMQ_STORE_URL", defaultStore), "store the runtimes claim ticks in: postgres://… or sqlite:PATH (env ACEMQ_STORE_URL)")
+	f.StringVar(&storeURL, "store", envOr("ACEMQ_STORE_URL", defaultStore), "with PATH, the store the runtimes claim ticks in: postgres://… or sqlite:PATH (env ACEMQ_STORE_URL)")
+	f.StringVar(&adminAddr, "admin", envOr("ACEMQ_ADMIN_ADDR", "127.0.0.1:9464"), "without PATH, the running runtime's admin address, which knows its schedules and its store (env ACEMQ_ADMIN_ADDR)")
+	f.StringVar(&token, "admin-token", envOr("ACEMQ_ADMIN_TOKEN", ""), "without PATH, the bearer token of the runtime's admin API, when it was started with one (env ACEMQ_ADMIN_TOKEN)")
 	return cmd
 }
 
 // schedulesNow is the instant the schedules are read at; tests fix it.
 var schedulesNow = time.Now
 
-// schedulesView is what `schedules` shows, and its JSON document.
-type schedulesView struct {
-	At        string         `json:"at,omitempty"` // when the ticks were read, RFC 3339 UTC
-	Schedules []scheduleView `json:"schedules"`
-}
-
-// scheduleView is one schedule. Ticks are RFC 3339 UTC, as x-acemq-tick;
-// LastTick is null for a schedule never claimed, NextTick for a cron
-// expression with no tick within five years.
-type scheduleView struct {
-	Flow         string  `json:"flow"`
-	Name         string  `json:"name"`
-	Cron         string  `json:"cron,omitempty"`
-	Every        string  `json:"every,omitempty"`
-	Timezone     string  `json:"timezone"`
-	MissedPolicy string  `json:"missed_policy"`
-	MissedWindow string  `json:"missed_window"`
-	Send         string  `json:"send"`
-	LastTick     *string `json:"last_tick"`
-	NextTick     *string `json:"next_tick"`
-	Missed       int64   `json:"missed"`
-	CatchUp      int64   `json:"missed_fired_on_start"`
-	GivenUp      int64   `json:"missed_given_up"`
-
-	last, next time.Time // zero: none
-	loc        *time.Location
-}
-
-// scheduleViews reads each schedule's last claimed tick from ticks and
-// computes the rest at now with the loop's code (scheduler.ScheduleStatus).
-func scheduleViews(ctx context.Context, ticks stores.ScheduleTicks, ss []plan.Schedule, now time.Time) (schedulesView, error) {
-	v := schedulesView{At: scheduler.TickText(now.Truncate(time.Millisecond)), Schedules: []scheduleView{}}
-	for _, s := range ss {
-		last, claimed, err := ticks.LastTick(ctx, s.Key())
-		if err != nil {
-			return v, fmt.Errorf("read the last tick of schedule %q: %w", s.Key(), err)
-		}
-		st, err := scheduler.ScheduleStatus(s, last, claimed, now)
-		if err != nil {
-			return v, err
-		}
-		loc, err := time.LoadLocation(s.Timezone) // ScheduleStatus loaded it: no error
-		if err != nil {
-			loc = time.UTC
-		}
-		sv := scheduleView{Flow: s.Flow, Name: s.Name, Cron: s.Cron, Timezone: s.Timezone, MissedPolicy: s.Missed,
-			MissedWindow: s.MissedWindow.String(), Send: s.Target, Missed: st.Missed, CatchUp: st.CatchUp, GivenUp: st.GivenUp,
-			next: st.Next, loc: loc}
-		if s.Cron == "" {
-			sv.Every = s.Every.String()
-		}
-		if claimed {
-			sv.last = last
-		}
-		sv.LastTick, sv.NextTick = tickText(sv.last), tickText(sv.next)
-		v.Schedules = append(v.Schedules, sv)
-	}
-	return v, nil
-}
-
-// tickText is t as x-acemq-tick writes it, nil for the zero time.
-func tickText(t time.Time) *string {
-	if t.IsZero() {
-		return nil
-	}
-	s := scheduler.TickText(t)
-	return &s
-}
-
-// renderSchedules writes v in format, text or json.
-func renderSchedules(w io.Writer, format string, v schedulesView) error {
+// renderSchedules writes v in format, text or json; none is the text for
+// no schedule at all.
+func renderSchedules(w io.Writer, format string, v scheduler.View, none string) error {
 	if format == "json" {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		return enc.Encode(v)
 	}
-	renderSchedulesText(w, v)
+	renderSchedulesText(w, v, none)
 	return nil
 }
 
 // renderSchedulesText writes a line per schedule, ticks in the schedule's
 // own timezone so that a daylight-saving change shows in the offset.
-func renderSchedulesText(w io.Writer, v schedulesView) {
+func renderSchedulesText(w io.Writer, v scheduler.View, none string) {
 	if len(v.Schedules) == 0 {
-		fmt.Fprintln(w, "the flows have no schedules")
+		fmt.Fprintln(w, none)
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -191,16 +130,25 @@ func renderSchedulesText(w io.Writer, v schedulesView) {
 		if policy != scheduler.MissedSkip { // skip looks back at nothing
 			policy += " within " + s.MissedWindow
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Flow, s.Name, esc(when), s.Timezone, policy,
-			localTick(s.last, s.loc, "never"), localTick(s.next, s.loc, "none within five years"), missed)
+		loc, err := time.LoadLocation(s.Timezone) // the runtime loaded it
+		if err != nil {
+			loc = time.UTC
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", esc(s.Flow), esc(s.Name), esc(when), esc(s.Timezone), esc(policy),
+			localTick(s.LastTick, loc, "never"), localTick(s.NextTick, loc, "none within five years"), missed)
 	}
 	tw.Flush()
 }
 
-// localTick writes tick in loc, or none for the zero time.
-func localTick(tick time.Time, loc *time.Location, none string) string {
-	if tick.IsZero() {
+// localTick writes tick (RFC 3339, as ScheduleView has it) in loc, or none
+// when there is none.
+func localTick(tick *string, loc *time.Location, none string) string {
+	if tick == nil {
 		return none
 	}
-	return tick.In(loc).Format(time.RFC3339Nano)
+	t, err := time.Parse(time.RFC3339Nano, *tick)
+	if err != nil {
+		return esc(*tick)
+	}
+	return t.In(loc).Format(time.RFC3339Nano)
 }

@@ -261,7 +261,8 @@ func TestSchedulesRefusals(t *testing.T) {
 		code int
 		want string // on stderr, or on stdout for exit 0
 	}{
-		{"no flows", []string{"schedules", "--store", "sqlite:" + unused}, 2, "name the flow files or folders whose schedules to list"},
+		{"a store without flows, which the runtime at --admin does not take", []string{"schedules", "--store", "sqlite:" + unused}, 2, "without PATH the runtime at --admin answers from its own store"},
+		{"no flows and no runtime at --admin", []string{"schedules", "--admin", "127.0.0.1:1"}, 1, "the runtime's admin API at http://127.0.0.1:1 does not answer"},
 		{"an unknown format", []string{"schedules", "--format", "yaml", "--store", "sqlite:" + unused, flow}, 2, `--format must be text or json, not "yaml"`},
 		{"the memory store", []string{"schedules", "--store", "memory:", flow}, 2, "the memory store keeps no ticks between runs; name the store the runtimes claim ticks in"},
 		{"an unknown scheme, without its password", []string{"schedules", "--store", "mysql://root:s3cret@db/acemq", flow}, 2, `unknown scheme "mysql"`},

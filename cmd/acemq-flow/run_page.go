@@ -1,0 +1,19 @@
+package main
+
+import (
+	"github.com/acemq/acemq-flow/runtime/admin"
+	"github.com/acemq/acemq-flow/runtime/ops"
+	"github.com/acemq/acemq-flow/runtime/plan"
+	"github.com/acemq/acemq-flow/stores"
+)
+
+// statusPage gives the admin listener what its status page reads beside
+// the engine: the broker at amqpURL (the delay ladder and the dead
+// letters), and set's schedule ticks and saga instances when a store is
+// open (set nil: none).
+func statusPage(opts *admin.Options, amqpURL string, pl *plan.Plan, set stores.Set) {
+	opts.Broker = ops.StatusReads{URL: amqpURL, Plan: pl}
+	if set != nil {
+		opts.Ticks, opts.Sagas = set, set
+	}
+}
