@@ -27,13 +27,18 @@ func asPostgres(t *testing.T, sql string) {
 
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
+// statusPagePaths are the status page and the JSON it polls: they answer
+// without the token, and must show no secret either.
+var statusPagePaths = []string{"/", "/page/page.js", "/v1/flows", "/v1/schedules", "/v1/delays", "/v1/deadletters", "/v1/sagas"}
+
 // TestChaosS23CanaryCredentials runs the runtime on credentials made for
 // the test (a PostgreSQL role and a RabbitMQ user, each with a random
 // 32-character password, and a random admin token) through the faults of
 // S4, S9 and a store outage (its backends terminated), and through a start
 // with wrong passwords; then searches everything an operator sees (the
-// log with the plugins' stderr, the admin responses, /metrics, the dead
-// letters' headers, the failed start's output) for the secrets: 0.
+// log with the plugins' stderr, the admin responses, /metrics, the status
+// page and its JSON, the dead letters' headers, the failed start's output)
+// for the secrets: 0.
 func TestChaosS23CanaryCredentials(t *testing.T) {
 	r := newRig(t, true)
 	pgPass, amqpPass, token := "canaryPG"+harness.Random(12), "canaryMQ"+harness.Random(12), "canaryTK"+harness.Random(12)
@@ -99,7 +104,7 @@ func TestChaosS23CanaryCredentials(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.replies.WaitCount(r.replies.Len()+1, 20*time.Second)
-	for _, path := range []string{"/healthz", "/readyz", "/v1/consumers"} {
+	for _, path := range append([]string{"/healthz", "/readyz", "/v1/consumers"}, statusPagePaths...) {
 		body, _, _ := bad.Get(path)
 		seen["admin "+path+" of the runtime on a wrong store password"] = body
 	}
@@ -110,13 +115,13 @@ func TestChaosS23CanaryCredentials(t *testing.T) {
 	v, dead, _ := r.finish(t, 2*time.Minute)
 
 	seen["runtime log (plugin stderr included)"] = p.Log()
-	for _, path := range []string{"/healthz", "/readyz", "/metrics", "/v1/consumers", "/v1/consumers/work.a"} {
+	for _, path := range append([]string{"/healthz", "/readyz", "/metrics", "/v1/consumers", "/v1/consumers/work.a"}, statusPagePaths...) {
 		body, code, err := p.Get(path)
 		if err != nil {
 			t.Errorf("GET %s: %v", path, err)
 		}
-		if path == "/metrics" && code != http.StatusOK {
-			t.Errorf("GET /metrics with the token: %d", code)
+		if (path == "/metrics" || path == "/" || path == "/v1/flows") && code != http.StatusOK {
+			t.Errorf("GET %s with the token: %d", path, code)
 		}
 		seen["admin "+path] = body
 	}
@@ -136,5 +141,5 @@ func TestChaosS23CanaryCredentials(t *testing.T) {
 		}
 	}
 	harness.Record(t, harness.Row{Scenario: "S23 canary credentials", Faults: strings.Join(faults, ", ") + ", 2 runs on wrong passwords", Verdict: v,
-		Notes: fmt.Sprintf("%d occurrences of 5 secrets in %d places searched (logs with plugin stderr, 5 admin responses, dead letters, 2 runs on wrong passwords); PostgreSQL here trusts loopback, so the wrong store password is not refused", leaks, len(seen))})
+		Notes: fmt.Sprintf("%d occurrences of 5 secrets in %d places searched (logs with plugin stderr, 5 admin responses, the status page and its 5 JSON reads, dead letters, 2 runs on wrong passwords); PostgreSQL here trusts loopback, so the wrong store password is not refused", leaks, len(seen))})
 }
