@@ -102,8 +102,14 @@ func newEndpoint(rawURL, name string, opts ConnOptions) (*endpoint, error) {
 func (c *Conn) ep() *endpoint { return c.eps[c.at.Load()] }
 
 // Node returns the host:port of the broker node the Conn is connected to,
-// or was last connected to while it reconnects.
-func (c *Conn) Node() string { return c.ep().node }
+// or was last connected to while it reconnects; "" for a Conn that was
+// given no URL (one built by hand, as tests do).
+func (c *Conn) Node() string {
+	if len(c.eps) == 0 {
+		return ""
+	}
+	return c.ep().node
+}
 
 // Nodes returns how many broker URLs the Conn was given.
 func (c *Conn) Nodes() int { return len(c.eps) }
