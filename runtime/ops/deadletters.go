@@ -184,6 +184,13 @@ func inspectOn(ctx context.Context, top *broker.Topology, queue string, limit in
 	view.Depth = depth
 	var held []*broker.Delivery
 	defer func() {
+		if isLadderLevel(queue) {
+			// Given back by closing the channel (top.Close), as Delays
+			// does: RabbitMQ 4 counts a nack toward a quorum queue's
+			// delivery limit, which would dead-letter a waiting message to
+			// the next level, early, and not a return on a closed channel.
+			return
+		}
 		for _, d := range held {
 			_ = d.Nack(true) // a failed nack means a closed channel: the broker requeues it too
 		}

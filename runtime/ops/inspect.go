@@ -3,6 +3,7 @@ package ops
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -129,37 +130,11 @@ func Inspect(ctx context.Context, url, queue string, limit int) (QueueView, erro
 	defer conn.Close()
 	top := broker.NewTopology(conn, nil)
 	defer top.Close()
-
-	depth, err := top.Depth(ctx, queue)
-	if err != nil {
+	view, err = inspectOn(ctx, top, queue, limit)
+	if errors.Is(err, broker.ErrNotFound) {
 		return view, queueError("inspect", queue, err)
 	}
-	view.Depth = depth
-	var held []*broker.Delivery
-	defer func() {
-		if isLadderLevel(queue) {
-			// Given back by closing the channel (top.Close), as Delays
-			// does: RabbitMQ 4 counts a nack toward a quorum queue's
-			// delivery limit, which would dead-letter a waiting message to
-			// the next level, early, and not a return on a closed channel.
-			return
-		}
-		for _, d := range held {
-			_ = d.Nack(true) // a failed nack means a closed channel: the broker requeues it too
-		}
-	}()
-	for len(held) < min(limit, depth) {
-		d, err := top.Get(ctx, queue)
-		if err != nil {
-			return view, fmt.Errorf("inspect: %w", err)
-		}
-		if d == nil {
-			break
-		}
-		held = append(held, d)
-		view.Messages = append(view.Messages, viewMessage(d.Delivery))
-	}
-	return view, nil
+	return view, err
 }
 
 // viewMessage builds the readable view of one delivery.
