@@ -13,7 +13,8 @@
 #
 # Every command can be run again: start on a running cluster only prints
 # its URLs, stop on a stopped one does nothing. Erlang needs about 10 s per
-# node to start on 2 cores.
+# node to start on 2 cores. When none of the nodes runs, start removes what
+# earlier runs left under the data directory and starts the three afresh.
 set -euo pipefail
 
 BASE=${ACEMQ_CLUSTER_DIR:-/var/tmp/acemq-cluster}
@@ -30,19 +31,10 @@ ctl() { # ctl NODE ARGS...: rabbitmqctl against one node of the cluster
 
 running() { ctl "$1" status >/dev/null 2>&1; }
 
-start_node() {
+# launch NODE: start the node's Erlang VM and RabbitMQ in it, detached;
+# await NODE waits until it runs.
+launch() {
 	local n=$1 dir=$BASE/$1
-	if running "$n"; then
-		# The VM may run with RabbitMQ stopped in it (stop_app): start it.
-		if [ "$(ctl "$n" eval 'rabbit:is_running().' 2>/dev/null)" = false ]; then
-			echo "starting RabbitMQ in $n@localhost (its app was stopped)"
-			ctl "$n" start_app
-			ctl "$n" await_startup --timeout 120
-			return
-		fi
-		echo "$n@localhost already runs"
-		return
-	fi
 	mkdir -p "$dir/mnesia" "$dir/log"
 	cat >"$dir/rabbitmq.conf" <<CONF
 listeners.tcp.1 = 127.0.0.1:$(port 5680 "$n")
@@ -75,19 +67,55 @@ CONF
 	else
 		"${run[@]}"
 	fi
+}
+
+await() {
+	local n=$1
 	# The node registers with epmd a few seconds after -detached returns;
 	# await_startup needs it registered.
 	for _ in $(seq 120); do
 		ctl "$n" ping >/dev/null 2>&1 && break
 		sleep 1
 	done
-	ctl "$n" await_startup --timeout 120
+	if ! ctl "$n" await_startup --timeout 120; then
+		echo "$n@localhost did not start; the end of its log ($BASE/$n/log):" >&2
+		tail -n 40 "$BASE/$n/log/$n@localhost.log" >&2 2>/dev/null || ls -l "$BASE/$n/log" >&2 || true
+		return 1
+	fi
 }
 
+# start_app NODE: a node whose VM runs with RabbitMQ stopped in it
+# (stop_app) gets RabbitMQ started again.
+start_app() {
+	local n=$1
+	if [ "$(ctl "$n" eval 'rabbit:is_running().' 2>/dev/null)" = false ]; then
+		echo "starting RabbitMQ in $n@localhost (its app was stopped)"
+		ctl "$n" start_app
+		await "$n"
+	else
+		echo "$n@localhost already runs"
+	fi
+}
 
 cmd_start() {
 	command -v rabbitmqctl >/dev/null || { echo "rabbitmqctl not found: run make services first" >&2; exit 1; }
-	for n in "${NODES[@]}"; do start_node "$n"; done
+	local down=() n
+	for n in "${NODES[@]}"; do running "$n" || down+=("$n"); done
+	if [ ${#down[@]} = ${#NODES[@]} ] && [ -d "$BASE" ]; then
+		# None runs: the data left behind is only earlier tests' (each
+		# makes its own vhost), and a node restarted from it waits for the
+		# peers it saw last, which a crash or a reboot may have stopped in
+		# any order. Start from nothing instead.
+		echo "no node of the cluster runs: removing the data under $BASE and starting afresh"
+		rm -rf "$BASE"
+	fi
+	# Every node that is down starts at once, before any is waited for: a
+	# node that rejoins waits at boot for its peers to be up.
+	for n in "${down[@]}"; do launch "$n"; done
+	for n in "${down[@]}"; do await "$n"; done
+	for n in "${NODES[@]}"; do
+		[[ " ${down[*]} " == *" $n "* ]] || start_app "$n"
+	done
 	for n in "${NODES[@]:1}"; do
 		if ctl "$n" cluster_status --formatter json | grep -q "\"$FIRST\""; then
 			continue
@@ -96,7 +124,7 @@ cmd_start() {
 		ctl "$n" stop_app
 		ctl "$n" join_cluster "$FIRST"
 		ctl "$n" start_app
-		ctl "$n" await_startup --timeout 120
+		await "$n"
 	done
 	echo "cluster of ${#NODES[@]} nodes up:"
 	for n in "${NODES[@]}"; do
