@@ -20,6 +20,9 @@ const (
 	Fail
 	// Info: no answer (a timeout, or the channel closed first): unknown.
 	Info
+	// pending: published, its confirm not yet waited for; never in a
+	// verdict (Publish settles every message before it returns).
+	pending
 )
 
 // Sent is the generator's record of every message it published.
@@ -73,6 +76,27 @@ func (s *Sent) set(id string, o Outcome, at time.Time) {
 	}
 }
 
+// publishing records that id goes out now, its outcome not known yet; a
+// republish of an id already confirmed stays ok.
+func (s *Sent) publishing(id string, at time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if prev, ok := s.outcome[id]; !ok || prev != OK {
+		s.outcome[id] = pending
+	}
+	s.at[id] = at
+}
+
+// settled records what the broker answered for id; an id it confirmed
+// before (a republish) stays ok.
+func (s *Sent) settled(id string, o Outcome) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.outcome[id] != OK {
+		s.outcome[id] = o
+	}
+}
+
 // Message is one publish the generator makes.
 type Message struct {
 	ID       string
@@ -89,9 +113,12 @@ type Message struct {
 type Generator struct {
 	Sent    *Sent
 	ReplyTo string
-	conn    *amqp.Connection
-	ch      *amqp.Channel
-	returns chan amqp.Return
+	// ConfirmTimeout is how long Publish waits for one confirm before it
+	// records the message info (30s when zero).
+	ConfirmTimeout time.Duration
+	conn           *amqp.Connection
+	ch             *amqp.Channel
+	returns        chan amqp.Return
 }
 
 // NewGenerator dials url (the connection named "reliability generator", so
@@ -114,7 +141,8 @@ func NewGenerator(t testing.TB, url, replyTo string) *Generator {
 }
 
 // Publish publishes msgs at rate per second (0: as fast as confirms
-// allow, in batches of 100) and waits for every confirm, up to 30 s each.
+// allow, in batches of 100) and waits for every confirm, up to
+// ConfirmTimeout each.
 // It returns the first publish that failed to go out (the rest not sent);
 // it may run in a goroutine of its own.
 func (g *Generator) Publish(rate int, msgs ...Message) error {
@@ -123,16 +151,24 @@ func (g *Generator) Publish(rate int, msgs ...Message) error {
 		dc *amqp.DeferredConfirmation
 	}
 	var batch []pending
+	wait := g.ConfirmTimeout
+	if wait <= 0 {
+		wait = 30 * time.Second
+	}
 	settle := func() {
 		for _, p := range batch {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), wait)
 			ok, err := p.dc.WaitContext(ctx)
 			cancel()
 			switch {
-			case err != nil:
-				g.Sent.set(p.id, Info, time.Time{})
+			case err != nil || (!ok && g.ch.IsClosed()):
+				// No answer in time, or a channel that closed first (it
+				// resolves its confirms as nacks): unknown, not refused.
+				g.Sent.settled(p.id, Info)
 			case !ok:
-				g.Sent.set(p.id, Fail, time.Time{})
+				g.Sent.settled(p.id, Fail)
+			default:
+				g.Sent.settled(p.id, OK)
 			}
 		}
 		batch = batch[:0]
@@ -160,7 +196,9 @@ func (g *Generator) Publish(rate int, msgs ...Message) error {
 			<-tick.C
 		}
 		now := time.Now()
-		g.Sent.set(m.ID, OK, now)
+		// Ok only once confirmed: recorded ok before the confirm, a publish
+		// whose answer never came could not be told from one the broker has.
+		g.Sent.publishing(m.ID, now)
 		ct := m.ContentType
 		if ct == "" {
 			ct = "application/json"
@@ -170,7 +208,7 @@ func (g *Generator) Publish(rate int, msgs ...Message) error {
 			DeliveryMode: amqp.Persistent, Headers: m.Headers, Timestamp: now,
 		})
 		if err != nil {
-			g.Sent.set(m.ID, Info, time.Time{})
+			g.Sent.settled(m.ID, Info)
 			settle()
 			return fmt.Errorf("generator: publish %s: %w", m.ID, err)
 		}
