@@ -8,6 +8,7 @@ import (
 
 	"github.com/acemq/acemq-flow/runtime/decide"
 	"github.com/acemq/acemq-flow/runtime/plan"
+	"github.com/acemq/acemq-flow/runtime/tracing"
 	"github.com/acemq/acemq-flow/runtime/wire"
 )
 
@@ -51,7 +52,12 @@ func (r *Runtime) PublishAt(ctx context.Context, m decide.Message, at time.Time)
 	// A runtime that does not declare the ladder publishes into it beside
 	// its own publishes: a ladder nobody declared is a 404 that closes the
 	// channel (destinations.go).
-	if err := r.publisherFor(m.Exchange).Publish(ctx, wire.Publishing(m)); err != nil {
+	span := r.tracePublish(ctx, &m)
+	err = r.publisherFor(m.Exchange).Publish(ctx, wire.Publishing(m))
+	if span != nil {
+		tracing.End(span, err, publishErrorKind(err))
+	}
+	if err != nil {
 		return fmt.Errorf("publish message %s into the delay ladder (for exchange %q, routing key %q): %w",
 			m.MessageID, decide.HeaderText(m.Headers[plan.HeaderDeliverExchange]), decide.HeaderText(m.Headers[plan.HeaderDeliverRoutingKey]), err)
 	}

@@ -41,7 +41,8 @@
 //     client puts in the ladder is delivered).
 //
 // A consumer group carries each delivery through its step, a chain of
-// small wrappers around the handler call (step.go: the claim check, which
+// small wrappers around the handler call (step.go; outermost, with
+// Options.Tracing, the delivery's span, step_trace.go; then the claim check, which
 // fetches a referenced body and stores a large result, the payload checks, the
 // check that the exchanges a decision publishes to exist, the delay ladder
 // for a step with a delay, the claim gate, the call, or for a saga's

@@ -120,8 +120,12 @@ func (r *Runtime) newGroup(c *plan.Consumer) *group {
 		g.saga = g.newSagaCall()
 	}
 	g.uses = g.needs()
-	g.step = g.steps()
+	g.call = g.traceCall(g.call)
+	g.step = g.traceStep(g.steps())
 	g.publisher = func(exchange string) publisher { return r.publisherFor(exchange) }
+	if r.tracer != nil {
+		g.publisher = func(exchange string) publisher { return tracedPublisher{next: r.publisherFor(exchange), t: r.tracer} }
+	}
 	return g
 }
 
@@ -355,7 +359,7 @@ func (g *group) handle(ctx context.Context, bd *broker.Delivery) {
 	g.mInflight.Inc()
 	d := &delivery{in: decide.InboundOf(wire.Message(&bd.Delivery)), received: time.Now()}
 	dec := g.step(ctx, d)
-	g.carryOut(ctx, bd, d.in, dec, d.ticket)
+	g.carryOut(tracedContext(ctx, d), bd, d.in, dec, d.ticket)
 }
 
 // succeeded reports whether a decision ends the handling of a claimed

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/acemq/acemq-flow/plugins/host"
 	"github.com/acemq/acemq-flow/runtime/broker"
@@ -20,6 +21,7 @@ import (
 	"github.com/acemq/acemq-flow/runtime/hostcall"
 	"github.com/acemq/acemq-flow/runtime/plan"
 	"github.com/acemq/acemq-flow/runtime/scheduler"
+	"github.com/acemq/acemq-flow/runtime/tracing"
 	"github.com/acemq/acemq-flow/spec"
 	"github.com/acemq/acemq-flow/stores"
 )
@@ -53,6 +55,13 @@ type Options struct {
 	Handlers map[string]HandlerFunc
 	// Name prefixes the broker connection names; default "acemq-flow".
 	Name string
+	// Tracing is where the runtime's spans go (runtime/tracing: a span per
+	// delivery processed, per publish and per plugin call, the W3C trace
+	// context carried in the messages' headers); nil, the default, traces
+	// nothing and costs nothing. `acemq-flow run` builds it from the
+	// OTEL_* environment (tracing.FromEnv). The caller shuts it down after
+	// Run returns.
+	Tracing trace.TracerProvider
 	// Store is the idempotency store; required when a consumer is
 	// idempotent. ClaimTimeout is its claims' lease (0: the store's).
 	Store        stores.Idempotency
@@ -124,6 +133,7 @@ type Runtime struct {
 	delayed decide.StepDelays // steps with a delay, by where their input is published
 
 	schedules *scheduler.Schedules // nil without schedules (schedules.go)
+	tracer    *tracing.Tracer      // nil with tracing off (step_trace.go)
 	codec     *codec.Codec         // nil without Avro types (step_codec.go)
 
 	groups   map[string]*group       // by consumer id; fixed once Run has started them
@@ -173,6 +183,7 @@ func New(pl *plan.Plan, opts Options) (*Runtime, error) {
 	}
 	r.delayed = decide.DelayedSteps(pl)
 	r.owned = ownedExchanges(r.plan)
+	r.tracer = tracing.New(opts.Tracing)
 	if len(pl.Sagas) > 0 {
 		// What the store holds of the sagas' instances, every replica the
 		// same numbers (FLOW-FORMAT §5's metrics).

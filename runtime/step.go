@@ -4,11 +4,14 @@ import (
 	"context"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/acemq/acemq-flow/runtime/decide"
 )
 
 // A group's step is a chain of small wrappers around the handler call,
-// each in a file of its own: the claim check (step_claimcheck.go), the payload checks (step_check.go), the check
+// each in a file of its own: the claim check (step_claimcheck.go), the
+// Avro codec (step_codec.go), the payload checks (step_check.go), the check
 // that the exchanges a decision publishes to exist (step_destination.go),
 // the delay ladder for what goes to a step with a delay (step_delay.go),
 // the claim gate of an idempotent consumer (step_claim.go), and the call
@@ -21,8 +24,9 @@ import (
 // delivery is one delivery on its way through the step.
 type delivery struct {
 	in       decide.Inbound
-	received time.Time // when the group took the delivery, for the handler's request
-	ticket   *Ticket   // the claim the gate took, to confirm or release once settled
+	received time.Time  // when the group took the delivery, for the handler's request
+	ticket   *Ticket    // the claim the gate took, to confirm or release once settled
+	span     trace.Span // the delivery's span, nil with tracing off (step_trace.go)
 }
 
 // stepFunc decides what happens to one delivery.

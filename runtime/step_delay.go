@@ -68,7 +68,7 @@ func (r *Runtime) startDue(ctx context.Context) error {
 		return nil
 	}
 	due, err := scheduler.NewDue(r.consume, r.publish, scheduler.DueOptions{Ladder: *r.ladder, DrainTimeout: r.opts.DrainTimeout,
-		Name: r.opts.Name, Metrics: r.metrics.reg, Log: r.log})
+		Name: r.opts.Name, Metrics: r.metrics.reg, Log: r.log, Tracer: r.tracer})
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/acemq/acemq-flow/runtime"
 	"github.com/acemq/acemq-flow/runtime/relay"
+	"github.com/acemq/acemq-flow/runtime/tracing"
 	"github.com/acemq/acemq-flow/stores"
 	"github.com/acemq/acemq-flow/stores/storeurl"
 )
@@ -74,6 +75,14 @@ Environment: ACEMQ_STORE_URL (--store), ACEMQ_AMQP_URL (--amqp).`,
 			defer set.Close()
 			opts.Log = log
 			log.Info("store opened", "store", redactStore(storeURL))
+			tp, stopTracing, err := startTracing(cmd.Context(), log)
+			if err != nil {
+				return failed("%v", err)
+			}
+			// Deferred first, run last: the spans of the last records are
+			// flushed once the relay has stopped.
+			defer stopTracing()
+			opts.Tracer = tracing.New(tp)
 			// Published records are deleted once they are older than
 			// --published-retention: nothing else does it.
 			var purges sync.WaitGroup

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"os"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/acemq/acemq-flow/runtime/ops"
+	"github.com/acemq/acemq-flow/runtime/tracing"
 )
 
 func newReplayCmd(s streams) *cobra.Command {
@@ -51,6 +53,14 @@ Environment: ACEMQ_AMQP_URL (--amqp).`,
 				return usage("--max-replays must be 1 or more, not %d", opts.MaxReplays)
 			}
 			opts.From = args[0]
+			// With the OTEL_* environment set, each message moved is a span
+			// in its own trace (README, Tracing).
+			tp, stopTracing, err := startTracing(cmd.Context(), slog.New(slog.NewTextHandler(s.err, &slog.HandlerOptions{Level: slog.LevelWarn})))
+			if err != nil {
+				return failed("%v", err)
+			}
+			defer stopTracing()
+			opts.Tracer = tracing.New(tp)
 			bar := newProgress(s.err, "replay "+opts.From)
 			opts.Progress = bar.set
 			sum, err := ops.Replay(cmd.Context(), amqpURL, opts)

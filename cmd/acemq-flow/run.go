@@ -12,6 +12,7 @@ import (
 	"github.com/acemq/acemq-flow/runtime"
 	"github.com/acemq/acemq-flow/runtime/admin"
 	"github.com/acemq/acemq-flow/runtime/relay"
+	"github.com/acemq/acemq-flow/runtime/tracing"
 	"github.com/acemq/acemq-flow/spec"
 	"github.com/acemq/acemq-flow/stores"
 	"github.com/acemq/acemq-flow/stores/storeurl"
@@ -107,6 +108,14 @@ ACEMQ_BLOBS_URL (--blobs), ACEMQ_MANAGEMENT_URL (--management).`,
 				// Every runtime delivers what is due in the delay ladder, so
 				// that send --in to any running flow is delivered.
 				Delays: true}
+			tp, stopTracing, err := startTracing(cmd.Context(), log)
+			if err != nil {
+				return failed("%v", err)
+			}
+			// Deferred first, run last: once the runtime has drained, the
+			// spans still batched are flushed.
+			defer stopTracing()
+			opts.Tracing = tp
 			var set stores.Set
 			if len(pl.Sagas) > 0 {
 				// An instance kept in memory is lost with the process: its
@@ -211,7 +220,7 @@ ACEMQ_BLOBS_URL (--blobs), ACEMQ_MANAGEMENT_URL (--management).`,
 				// connection, until the same signal (or the runtime's end)
 				// stops both.
 				wg.Go(func() {
-					relayErr = relay.Run(ctx, amqpURL, set, relay.Options{Log: log})
+					relayErr = relay.Run(ctx, amqpURL, set, relay.Options{Log: log, Tracer: tracing.New(tp)})
 				})
 			}
 			err = rt.Run(ctx)

@@ -8,9 +8,12 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/acemq/acemq-flow/runtime/broker"
 	"github.com/acemq/acemq-flow/runtime/decide"
 	"github.com/acemq/acemq-flow/runtime/plan"
+	"github.com/acemq/acemq-flow/runtime/tracing"
 	"github.com/acemq/acemq-flow/runtime/wire"
 )
 
@@ -48,6 +51,11 @@ type ReplayOptions struct {
 	Progress func(done, total int)
 	// Log receives a warning for each message parked; nil discards it.
 	Log *slog.Logger
+	// Tracer makes a producer span of each message moved
+	// (runtime/tracing): in the message's trace, linked to the span that
+	// dead-lettered it, and the next delivery's link; nil traces nothing
+	// (the message's trace context travels on unchanged either way).
+	Tracer *tracing.Tracer
 }
 
 // ReplayAction is what happened, or in a dry run would happen, to one
@@ -275,7 +283,17 @@ func (r *replayer) one(ctx context.Context, d *broker.Delivery) bool {
 	}
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), replayConfirmTimeout)
 	defer cancel()
+	var span trace.Span
+	if t := r.opts.Tracer; t != nil {
+		var h map[string]any
+		h, span = t.Publish(pctx, tracing.Publishing{Exchange: m.Exchange, RoutingKey: m.RoutingKey, MessageID: m.MessageID,
+			CorrelationID: m.CorrelationID, BodySize: len(m.Body), Headers: m.Headers, Republish: true})
+		m.Headers = decide.Table(h)
+	}
 	err := r.pub.Publish(pctx, wire.Publishing(m))
+	if span != nil {
+		tracing.End(span, err, "")
+	}
 	if err != nil {
 		// Not stored anywhere, or maybe stored: either way the message stays
 		// in From, and a duplicate is what idempotency is for.

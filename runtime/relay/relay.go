@@ -24,6 +24,7 @@ import (
 
 	"github.com/acemq/acemq-flow/runtime/broker"
 	"github.com/acemq/acemq-flow/runtime/decide"
+	"github.com/acemq/acemq-flow/runtime/tracing"
 	"github.com/acemq/acemq-flow/stores"
 )
 
@@ -66,6 +67,13 @@ type Options struct {
 	LadderUnit time.Duration
 	// Log receives lifecycle events and failed records; nil discards.
 	Log *slog.Logger
+	// Tracer makes a producer span of each record's publish
+	// (runtime/tracing), a child of the context the record was written
+	// in (its traceparent column), and puts its trace context in the
+	// message's headers; nil traces nothing. A record whose headers carry
+	// a traceparent of their own keeps it (the writer's creation context)
+	// and gets the publish as its link.
+	Tracer *tracing.Tracer
 }
 
 // relayStore is what the relay needs of the outbox (stores.OutboxRelay).
@@ -470,7 +478,22 @@ func (r *Relay) publish(ctx context.Context, rec *stores.OutboxRecord, held *hel
 			return err
 		}
 	}
-	return r.pub.PublishFunc(ctx, msg, func(err error) { results <- relayResult{rec: rec, err: err, batch: held} })
+	t := r.opts.Tracer
+	if t == nil {
+		return r.pub.PublishFunc(ctx, msg, func(err error) { results <- relayResult{rec: rec, err: err, batch: held} })
+	}
+	h, span := t.Publish(tracing.ContextOf(ctx, rec.TraceParent, ""), tracing.Publishing{Exchange: msg.Exchange, RoutingKey: msg.RoutingKey,
+		MessageID: msg.MessageId, CorrelationID: msg.CorrelationId, BodySize: len(msg.Body), Headers: msg.Headers,
+		Republish: tracing.Carrier(msg.Headers).Get(tracing.HeaderTraceParent) != ""}, tracing.AttrOutboxID.Int64(rec.ID))
+	msg.Headers = amqp.Table(h)
+	err = r.pub.PublishFunc(ctx, msg, func(err error) {
+		tracing.End(span, err, "")
+		results <- relayResult{rec: rec, err: err, batch: held}
+	})
+	if err != nil {
+		tracing.End(span, err, "")
+	}
+	return err
 }
 
 // missingExchangeError is the failure of a record whose exchange does not

@@ -9,11 +9,14 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/acemq/acemq-flow/runtime/broker"
 	"github.com/acemq/acemq-flow/runtime/decide"
 	"github.com/acemq/acemq-flow/runtime/internal/work"
 	"github.com/acemq/acemq-flow/runtime/plan"
+	"github.com/acemq/acemq-flow/runtime/tracing"
 	"github.com/acemq/acemq-flow/runtime/wire"
 )
 
@@ -34,6 +37,11 @@ type DueOptions struct {
 	Metrics prometheus.Registerer
 	// Log receives the warnings about unroutable messages; nil discards.
 	Log *slog.Logger
+	// Tracer makes a span of each due message processed and of each
+	// publish (runtime/tracing); nil traces nothing. A message delivered
+	// out of the ladder keeps its creation context and gets its delivery
+	// as its link: the step that gets it links across the delay.
+	Tracer *tracing.Tracer
 }
 
 // How long an answer about an exchange a due message goes to is trusted:
@@ -164,6 +172,12 @@ func (d *Due) Close() error {
 
 // handle carries out the decision about one due message.
 func (d *Due) handle(ctx context.Context, bd *broker.Delivery) {
+	if t := d.opts.Tracer; t != nil {
+		var span trace.Span
+		ctx, span = t.Process(ctx, tracing.Delivery{Queue: plan.DueQueue, Exchange: bd.Exchange, RoutingKey: bd.RoutingKey,
+			MessageID: bd.MessageId, CorrelationID: bd.CorrelationId, DeliveryTag: bd.DeliveryTag, BodySize: len(bd.Body), Headers: bd.Headers})
+		defer span.End()
+	}
 	dec := d.opts.Ladder.Due(wire.Message(&bd.Delivery), time.Now())
 	switch dec.Action {
 	case decide.DueWait:
@@ -202,7 +216,7 @@ func (d *Due) deliver(ctx context.Context, bd *broker.Delivery, m decide.Message
 		}
 	}
 	_, _, dueAt, _ := decide.Destination(m.Headers)
-	err := d.pub.PublishFunc(ctx, wire.Publishing(m), func(err error) {
+	err := d.publishFunc(ctx, m, func(err error) {
 		switch {
 		case err == nil:
 			if !dueAt.IsZero() {
@@ -257,7 +271,7 @@ func (d *Due) unit() time.Duration {
 // publishThenAck publishes m and acknowledges bd once m is confirmed and
 // routed (then calls counted); otherwise bd goes back to `.due`.
 func (d *Due) publishThenAck(ctx context.Context, bd *broker.Delivery, m decide.Message, counted func()) {
-	err := d.pub.PublishFunc(ctx, wire.Publishing(m), func(err error) {
+	err := d.publishFunc(ctx, m, func(err error) {
 		if err != nil {
 			d.requeue(bd, m, err)
 			return
@@ -269,6 +283,28 @@ func (d *Due) publishThenAck(ctx context.Context, bd *broker.Delivery, m decide.
 	if err != nil {
 		d.notPublished(ctx, bd, m, err)
 	}
+}
+
+// publishFunc publishes m, a due message republished as it is (to its
+// destination, back into the ladder, or to `.due`'s .dlq), as a producer
+// span when tracing; done as for broker.Publisher.PublishFunc.
+func (d *Due) publishFunc(ctx context.Context, m decide.Message, done func(error)) error {
+	msg := wire.Publishing(m)
+	t := d.opts.Tracer
+	if t == nil {
+		return d.pub.PublishFunc(ctx, msg, done)
+	}
+	h, span := t.Publish(ctx, tracing.Publishing{Exchange: m.Exchange, RoutingKey: m.RoutingKey, MessageID: m.MessageID,
+		CorrelationID: m.CorrelationID, BodySize: len(m.Body), Headers: m.Headers, Republish: true})
+	msg.Headers = amqp.Table(h)
+	err := d.pub.PublishFunc(ctx, msg, func(err error) {
+		tracing.End(span, err, "")
+		done(err)
+	})
+	if err != nil {
+		tracing.End(span, err, "")
+	}
+	return err
 }
 
 // notPublished settles a delivery whose replacement could not even be
