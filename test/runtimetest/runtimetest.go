@@ -42,8 +42,12 @@ func Run(t *testing.T, url string, pl *plan.Plan, opts runtime.Options) *runtime
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- rt.Run(ctx) }()
+	returned := false // Run's error already taken from done
 	t.Cleanup(func() {
 		cancel()
+		if returned {
+			return
+		}
 		if err := <-done; err != nil {
 			t.Errorf("Run returned %v after shutdown, want nil", err)
 		}
@@ -51,6 +55,7 @@ func Run(t *testing.T, url string, pl *plan.Plan, opts runtime.Options) *runtime
 	select {
 	case <-rt.Started():
 	case err := <-done:
+		returned = true
 		t.Fatalf("Run failed before starting: %v", err)
 	case <-time.After(60 * time.Second):
 		t.Fatal("the runtime did not start within 60s")
