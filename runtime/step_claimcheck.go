@@ -50,6 +50,10 @@ func (g *group) claimCheckStep(next stepFunc) stepFunc {
 			d.in = decide.InboundOf(m)
 		}
 		dec := next(ctx, d)
+		// What follows the decision (a publish the broker refuses turned
+		// into a retry or a dead letter, group.publishFailed) republishes
+		// the delivery as it arrived: the reference, not the body fetched.
+		d.in = orig
 		for i := range dec.Publish {
 			p := &dec.Publish[i].Message
 			if checked && sameBytes(p.Body, body) {
