@@ -75,7 +75,7 @@ Environment: ACEMQ_STORE_URL (--store), ACEMQ_BLOBS_URL (--blobs).`,
 	f := cmd.Flags()
 	f.StringVar(&storeURL, "store", envOr("ACEMQ_STORE_URL", defaultStore), "store to purge: postgres://… or sqlite:PATH (env ACEMQ_STORE_URL)")
 	f.DurationVar(&published, "published-retention", stores.DefaultPublishedRetention, "keep outbox records this long after they were published, and schedule ticks and ended sagas as long")
-	f.StringVar(&blobsURL, "blobs", os.Getenv("ACEMQ_BLOBS_URL"), "also purge this claim-check blob store: file:DIR or postgres://… (env ACEMQ_BLOBS_URL)")
+	f.StringVar(&blobsURL, "blobs", os.Getenv("ACEMQ_BLOBS_URL"), "also purge this claim-check blob store: file:DIR, sqlite:PATH or postgres://… (env ACEMQ_BLOBS_URL)")
 	f.DurationVar(&blobRetention, "blob-retention", stores.DefaultBlobRetention, "keep a blob this long after its last put")
 	return cmd
 }

@@ -251,7 +251,7 @@ ACEMQ_BLOBS_URL (--blobs), ACEMQ_MANAGEMENT_URL (--management).`,
 	f.DurationVar(&published, "published-retention", stores.DefaultPublishedRetention, "how long published outbox records are kept before a purge deletes them")
 	f.StringVar(&management, "management", envOr("ACEMQ_MANAGEMENT_URL", ""), "the broker's management API, where topology checks read queues and exchanges (env ACEMQ_MANAGEMENT_URL; default: http://<amqp host>:15672 with the --amqp user; off to keep away)")
 	f.BoolVar(&withRelay, "relay", false, "also run the outbox relay on --store (always on when the flows have schedules: it publishes their firings)")
-	f.StringVar(&blobsURL, "blobs", envOr("ACEMQ_BLOBS_URL", storeurl.DefaultBlobs), "the claim check's blob store, where bodies above claim_check.above are kept: file:DIR or postgres://… (env ACEMQ_BLOBS_URL); every runtime and send of the flows must use the same one")
+	f.StringVar(&blobsURL, "blobs", envOr("ACEMQ_BLOBS_URL", storeurl.DefaultBlobs), "the claim check's blob store, where bodies above claim_check.above are kept: file:DIR, sqlite:PATH or postgres://… (env ACEMQ_BLOBS_URL); every runtime and send of the flows must use the same one")
 	f.DurationVar(&blobRetention, "blob-retention", stores.DefaultBlobRetention, "keep a blob this long after its last put; it must outlast every queue TTL, retry ladder, .dlq and replay (validate warns)")
 	f.BoolVar(&schemaRegistry, "schema-registry", false, "serve the schema registry (the Confluent REST subset) on --admin from --store, even when the flows need no store")
 	f.BoolVar(&registryReadOnly, "registry-readonly", false, "only look the flows' Avro types up in the schema registry, never register them: a subject without its type's schema stops the start, naming it")

@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strings"
 	"time"
@@ -16,6 +18,7 @@ import (
 	"github.com/acemq/acemq-flow/runtime/decide"
 	"github.com/acemq/acemq-flow/runtime/ops"
 	"github.com/acemq/acemq-flow/runtime/plan"
+	"github.com/acemq/acemq-flow/runtime/tracing"
 	"github.com/acemq/acemq-flow/stores"
 	"github.com/acemq/acemq-flow/stores/storeurl"
 )
@@ -118,7 +121,14 @@ ACEMQ_SCHEMA_REGISTRY_URL (--registry).`,
 					return failed("%v", err)
 				}
 			}
-			reply, err := ops.Send(cmd.Context(), amqpURL, msg, wait)
+			// With the OTEL_* environment set, the publish is the root span
+			// of the message's trace (README, Tracing).
+			tp, stopTracing, err := startTracing(cmd.Context(), slog.New(slog.NewTextHandler(s.err, &slog.HandlerOptions{Level: slog.LevelWarn})))
+			if err != nil {
+				return failed("%v", err)
+			}
+			defer stopTracing()
+			reply, err := ops.SendTraced(cmd.Context(), amqpURL, msg, wait, tracing.New(tp))
 			if err != nil {
 				return failed("%v", err)
 			}
@@ -165,7 +175,7 @@ ACEMQ_SCHEMA_REGISTRY_URL (--registry).`,
 	f.StringVar(&in, "in", "", "deliver after this delay (1h30m, 90s: up to 2^28-1 s, about 8.5 years)")
 	f.StringVar(&at, "at", "", "deliver at this time (RFC 3339: 2026-09-09T14:00:00Z)")
 	f.DurationVar(&wait, "wait", 0, "wait this long for the reply (request/reply)")
-	f.StringVar(&blobsURL, "blobs", os.Getenv("ACEMQ_BLOBS_URL"), "the runtime's claim-check blob store, for a payload above its claim_check.above: file:DIR or postgres://… (env ACEMQ_BLOBS_URL)")
+	f.StringVar(&blobsURL, "blobs", os.Getenv("ACEMQ_BLOBS_URL"), "the runtime's claim-check blob store, for a payload above its claim_check.above: file:DIR, sqlite:PATH or postgres://…, which must exist (env ACEMQ_BLOBS_URL)")
 	f.StringVar(&registry, "registry", os.Getenv("ACEMQ_SCHEMA_REGISTRY_URL"), "with PATH, the schema registry an Avro input type's id is looked up in: http(s)://[user:password@]host[:port][/path] (env ACEMQ_SCHEMA_REGISTRY_URL; default: the runtime's admin listener at --admin)")
 	f.Lookup("registry").DefValue = stores.Redact(registry)
 	amqpFlag(f, &amqpURL)
@@ -265,36 +275,34 @@ func parseWhen(in, at string) (func(now time.Time) time.Time, error) {
 	return nil, nil
 }
 
-// checkSendBlobs refuses a --blobs URL of no known scheme before anything
-// is read or sent.
+// checkSendBlobs refuses a --blobs URL of no known scheme, and memory:,
+// before anything is read or sent.
 func checkSendBlobs(blobsURL string) error {
 	if blobsURL == "" {
 		return nil
 	}
-	if _, err := storeurl.BlobsBackend(blobsURL); err != nil {
+	backend, err := storeurl.BlobsBackend(blobsURL)
+	if err != nil {
 		return usage("--blobs: %v", err)
+	}
+	if backend == "memory" {
+		return usage("--blobs memory: keeps blobs in this process only, where no runtime can read them; give the --blobs the runtime uses: file:DIR, sqlite:PATH or postgres://…")
 	}
 	return nil
 }
 
 // sendClaimCheck returns msg as it is sent: by claim check when its body is
 // above the threshold (FLOW-FORMAT §6), put in the blob store blobsURL
-// names, which must then be given; unchanged otherwise. A file: store must
-// exist already: one created here would not be the runtime's.
+// names, which must then be given; unchanged otherwise.
 func sendClaimCheck(ctx context.Context, blobsURL string, msg decide.Message, above int64) (decide.Message, error) {
 	if !decide.ShouldClaimCheck(len(msg.Body), above) {
 		return msg, nil
 	}
 	var blobs ops.BlobPutter
 	if blobsURL != "" {
-		if backend, _ := storeurl.BlobsBackend(blobsURL); backend == "file" {
-			if fi, err := os.Stat(storeurl.FilePath(blobsURL)); err != nil || !fi.IsDir() {
-				return msg, failed("the blob store %s does not exist (no such directory); give the --blobs the runtime uses", redactStore(blobsURL))
-			}
-		}
-		b, err := openBlobs(ctx, blobsURL, false)
+		b, err := openRuntimeBlobs(ctx, blobsURL)
 		if err != nil {
-			return msg, failed("%v", err)
+			return msg, err
 		}
 		defer b.Close()
 		blobs = b
@@ -304,6 +312,41 @@ func sendClaimCheck(ctx context.Context, blobsURL string, msg decide.Message, ab
 		return msg, failed("%v", err)
 	}
 	return out, nil
+}
+
+// openRuntimeBlobs opens the blob store blobsURL names, which must be a
+// runtime's: send puts in it and reads from it what a runtime reads and
+// puts, and never makes one. A file: directory or a SQLite file that does
+// not exist, or a SQLite or PostgreSQL database without the blob table,
+// is refused, naming it, and nothing is created.
+func openRuntimeBlobs(ctx context.Context, blobsURL string) (stores.BlobStore, error) {
+	where := redactStore(blobsURL)
+	switch backend, _ := storeurl.BlobsBackend(blobsURL); backend {
+	case "file":
+		if fi, err := os.Stat(storeurl.FilePath(blobsURL)); err != nil || !fi.IsDir() {
+			return nil, failed("the blob store %s does not exist (no such directory); give the --blobs the runtime uses", where)
+		}
+	case "sqlite":
+		if fi, err := os.Stat(storeurl.SQLitePath(blobsURL)); err != nil || fi.IsDir() {
+			return nil, failed("the blob store %s does not exist (no such file); give the --blobs the runtime uses", where)
+		}
+	}
+	b, err := storeurl.OpenBlobs(ctx, blobsURL, stores.Options{})
+	if err != nil {
+		return nil, failed("open the blob store %s: %v", where, err)
+	}
+	if err := b.CheckSchema(ctx); err != nil {
+		b.Close()
+		var se *stores.SchemaError
+		switch {
+		case errors.As(err, &se) && se.Have < 0:
+			return nil, failed("the blob store %s has no acemq_blobs table, so no runtime keeps its blobs there; give the --blobs the runtime uses (`run --create-schema` or `migrate` makes the table)", where)
+		case errors.As(err, &se):
+			return nil, failed("%v", schemaError(blobsURL, se))
+		}
+		return nil, failed("check the blob store %s: %v", where, err)
+	}
+	return b, nil
 }
 
 // replyPayload returns the payload of a reply, fetched from the blob store
@@ -319,7 +362,7 @@ func replyPayload(ctx context.Context, blobsURL string, r *ops.Reply) ([]byte, e
 	case blobsURL == "":
 		return r.Payload, fmt.Errorf("blob %s: give --blobs naming the runtime's blob store", ref.Key)
 	}
-	b, err := openBlobs(ctx, blobsURL, false)
+	b, err := openRuntimeBlobs(ctx, blobsURL)
 	if err != nil {
 		return r.Payload, err
 	}
