@@ -196,3 +196,71 @@ func CheckSagaInstance(inst SagaInstance) error {
 	}
 	return nil
 }
+
+// SagaClaimRequest asks ClaimSagaBatch for the claim of a saga delivery's
+// message (as TryClaim: Key, Owner, Lease) and for the instance it belongs
+// to (Instance, its id).
+type SagaClaimRequest struct {
+	ClaimRequest
+	Instance string
+}
+
+// SagaClaim answers one SagaClaimRequest: the claim, as TryClaim answers
+// it, and, for a Claimed or AlreadyConfirmed answer, the instance the store
+// holds (Found false: none), read as of the claim's answer: an
+// AlreadyConfirmed answer's instance has every write that was committed
+// with the confirm (AdvanceSagaConfirmBatch). For an InProgress answer the
+// instance may be left unread.
+type SagaClaim struct {
+	Claim
+	Instance SagaInstance
+	Found    bool
+}
+
+// SagaAdvance is one write of AdvanceSagaConfirmBatch: Instance advanced
+// from the version it presents, as AdvanceSaga advances it, and, in the same
+// commit, the claim Confirm confirmed, as Confirm confirms it (a zero
+// Confirm.Token: no claim to confirm).
+type SagaAdvance struct {
+	Instance SagaInstance
+	Confirm  Held
+}
+
+// SagaAdvanced answers one SagaAdvance. Refused is what AdvanceSaga would
+// have refused (a *StaleSagaError, or why the instance is not valid):
+// nothing was written and the claim is not confirmed. Otherwise the
+// instance was written, and Unconfirmed is nil when the claim was confirmed
+// in the same commit (or none was given), or the *StaleClaimError Confirm
+// would have returned (the lease was taken over): the write stands, as an
+// AdvanceSaga followed by a refused Confirm would leave it.
+type SagaAdvanced struct {
+	Refused     error
+	Unconfirmed error
+}
+
+// SagaClaims is what a backend that keeps its idempotency claims and its
+// saga instances in one database offers the saga consumers, so that a step
+// waits on the store twice rather than four times: the claim of a delivery
+// and the read of its instance in one round trip, and the instance's
+// advance and the claim's confirm in one commit. Every backend implements
+// it. Its callers must read a confirmed claim as "the instance has what
+// this message's handling wrote", not as "its output was published": the
+// confirm is committed before the decision's messages are, so a redelivery
+// of an AlreadyConfirmed message still asks the instance what to send again
+// (decide.SagaAccept). Safe for concurrent use.
+type SagaClaims interface {
+	// ClaimSagaBatch claims each request's key as TryClaimBatch does (one
+	// claimant of a key wins; a key's later requests in the batch are
+	// never Claimed and get the first's instance) and reads the instance
+	// each names, in one round trip. An error means no answer for any
+	// request, and no claim taken.
+	ClaimSagaBatch(ctx context.Context, reqs []SagaClaimRequest) ([]SagaClaim, error)
+
+	// AdvanceSagaConfirmBatch writes each advance, with its confirm, as
+	// AdvanceSaga and Confirm would, each instance's write and
+	// its claim's confirm committed together or not at all: out[i]
+	// answers advs[i]. Two advances of one instance in a batch go in turn,
+	// the second seeing the first's version. err is a failure of the
+	// store: nothing is known to be written.
+	AdvanceSagaConfirmBatch(ctx context.Context, advs []SagaAdvance) ([]SagaAdvanced, error)
+}

@@ -27,6 +27,11 @@ func (s *Store) TryClaimBatch(ctx context.Context, reqs []stores.ClaimRequest) (
 		return nil, err
 	}
 	defer s.mu.Unlock()
+	return s.claimLocked(reqs, leases), nil
+}
+
+// claimLocked answers reqs, with s.mu held.
+func (s *Store) claimLocked(reqs []stores.ClaimRequest, leases []time.Duration) []stores.Claim {
 	now := s.opts.Now()
 	firsts, firstOf := backend.Dedupe(reqs)
 	out := make([]stores.Claim, len(reqs))
@@ -47,7 +52,7 @@ func (s *Store) TryClaimBatch(ctx context.Context, reqs []stores.ClaimRequest) (
 		out[i] = stores.Claim{State: stores.Claimed, Token: s.token, Owner: r.Owner, ExpiresAt: exp}
 	}
 	backend.Spread(out, firstOf)
-	return out, nil
+	return out
 }
 
 // Confirm implements stores.Idempotency.
@@ -65,21 +70,26 @@ func (s *Store) ConfirmBatch(ctx context.Context, held []stores.Held) ([]error, 
 		return nil, err
 	}
 	defer s.mu.Unlock()
-	now := s.opts.Now()
 	refused := make([]error, len(held))
 	for i, h := range held {
-		c, ok := s.claims[h.Key]
-		switch {
-		case !ok:
-			refused[i] = backend.Stale(h.Key, h.Token, 0, false)
-		case c.token != h.Token:
-			refused[i] = backend.Stale(h.Key, h.Token, c.token, c.confirmed)
-		case !c.confirmed:
-			c.confirmed = true
-			c.expiresAt = now.Add(s.opts.Retention).UnixNano()
-		}
+		refused[i] = s.confirmLocked(h)
 	}
 	return refused, nil
+}
+
+// confirmLocked confirms h, with s.mu held, or says why not.
+func (s *Store) confirmLocked(h stores.Held) error {
+	c, ok := s.claims[h.Key]
+	switch {
+	case !ok:
+		return backend.Stale(h.Key, h.Token, 0, false)
+	case c.token != h.Token:
+		return backend.Stale(h.Key, h.Token, c.token, c.confirmed)
+	case !c.confirmed:
+		c.confirmed = true
+		c.expiresAt = s.opts.Now().Add(s.opts.Retention).UnixNano()
+	}
+	return nil
 }
 
 // Release implements stores.Idempotency.

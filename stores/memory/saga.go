@@ -58,6 +58,11 @@ func (s *Store) AdvanceSaga(ctx context.Context, inst stores.SagaInstance) (stor
 		return stores.SagaInstance{}, err
 	}
 	defer s.mu.Unlock()
+	return s.advanceLocked(inst)
+}
+
+// advanceLocked is AdvanceSaga of a valid instance, with s.mu held.
+func (s *Store) advanceLocked(inst stores.SagaInstance) (stores.SagaInstance, error) {
 	cur, ok := s.sagas[inst.ID]
 	if !ok || cur.Version != inst.Version || cur.State.Ended() {
 		stale := &stores.StaleSagaError{Saga: inst.Saga, ID: inst.ID, Version: inst.Version}

@@ -42,47 +42,52 @@ func (s *Store) TryClaimBatch(ctx context.Context, reqs []stores.ClaimRequest) (
 	firsts, firstOf := backend.Dedupe(reqs)
 	out := make([]stores.Claim, len(reqs))
 	err = s.inTx(ctx, claimWhat(reqs), func(tx *sql.Tx) error {
-		now := s.opts.Now()
-		var last int64
-		err := tx.QueryRowContext(ctx, `UPDATE acemq_idempotency_token SET value = value + ? WHERE id = 1 RETURNING value`, len(firsts)).Scan(&last)
-		if errors.Is(err, sql.ErrNoRows) {
-			return errors.New("fencing counter row missing from acemq_idempotency_token; run `acemq-flow migrate`")
-		}
-		if err != nil {
-			return err
-		}
-		next := stores.Token(last) - stores.Token(len(firsts))
-		for _, i := range firsts {
-			r := reqs[i]
-			next++
-			exp := now.Add(leases[i])
-			var tok int64
-			err := tx.QueryRowContext(ctx, claimSQL, r.Key, int64(next), r.Owner, now.UnixMilli(), exp.UnixMilli()).Scan(&tok)
-			if err == nil {
-				out[i] = stores.Claim{State: stores.Claimed, Token: stores.Token(tok), Owner: r.Owner, ExpiresAt: time.UnixMilli(exp.UnixMilli())}
-				continue
-			}
-			if !errors.Is(err, sql.ErrNoRows) {
-				return fmt.Errorf("idempotency key %q: %w", r.Key, err)
-			}
-			// Nothing inserted or taken over: the row exists and is live.
-			// Look at it; the write lock this transaction holds keeps it there.
-			c, found, err := current(ctx, tx, r.Key)
-			if err != nil {
-				return fmt.Errorf("idempotency key %q: %w", r.Key, err)
-			}
-			if !found {
-				return fmt.Errorf("idempotency key %q: claim neither inserted nor found", r.Key)
-			}
-			out[i] = c
-		}
-		return nil
+		return s.claimTx(ctx, tx, reqs, leases, firsts, out)
 	})
 	if err != nil {
 		return nil, err
 	}
 	backend.Spread(out, firstOf)
 	return out, nil
+}
+
+// claimTx claims reqs[firsts...] in tx and fills out.
+func (s *Store) claimTx(ctx context.Context, tx *sql.Tx, reqs []stores.ClaimRequest, leases []time.Duration, firsts []int, out []stores.Claim) error {
+	now := s.opts.Now()
+	var last int64
+	err := tx.QueryRowContext(ctx, `UPDATE acemq_idempotency_token SET value = value + ? WHERE id = 1 RETURNING value`, len(firsts)).Scan(&last)
+	if errors.Is(err, sql.ErrNoRows) {
+		return errors.New("fencing counter row missing from acemq_idempotency_token; run `acemq-flow migrate`")
+	}
+	if err != nil {
+		return err
+	}
+	next := stores.Token(last) - stores.Token(len(firsts))
+	for _, i := range firsts {
+		r := reqs[i]
+		next++
+		exp := now.Add(leases[i])
+		var tok int64
+		err := tx.QueryRowContext(ctx, claimSQL, r.Key, int64(next), r.Owner, now.UnixMilli(), exp.UnixMilli()).Scan(&tok)
+		if err == nil {
+			out[i] = stores.Claim{State: stores.Claimed, Token: stores.Token(tok), Owner: r.Owner, ExpiresAt: time.UnixMilli(exp.UnixMilli())}
+			continue
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("idempotency key %q: %w", r.Key, err)
+		}
+		// Nothing inserted or taken over: the row exists and is live.
+		// Look at it; the write lock this transaction holds keeps it there.
+		c, found, err := current(ctx, tx, r.Key)
+		if err != nil {
+			return fmt.Errorf("idempotency key %q: %w", r.Key, err)
+		}
+		if !found {
+			return fmt.Errorf("idempotency key %q: claim neither inserted nor found", r.Key)
+		}
+		out[i] = c
+	}
+	return nil
 }
 
 func claimWhat(reqs []stores.ClaimRequest) string {
@@ -146,27 +151,10 @@ func (s *Store) ConfirmBatch(ctx context.Context, held []stores.Held) ([]error, 
 		what = fmt.Sprintf("confirm batch of %d", len(held))
 	}
 	err := s.inTx(ctx, what, func(tx *sql.Tx) error {
-		now := s.opts.Now()
 		for i, h := range held {
-			res, err := tx.ExecContext(ctx, `
-UPDATE acemq_idempotency SET
-    confirmed_at = coalesce(confirmed_at, ?1),
-    expires_at = CASE WHEN state = 'claimed' THEN ?2 ELSE expires_at END,
-    state = 'confirmed'
-WHERE key = ?3 AND token = ?4`, now.UnixMilli(), now.Add(s.opts.Retention).UnixMilli(), h.Key, int64(h.Token))
-			if err != nil {
-				return fmt.Errorf("idempotency key %q: %w", h.Key, err)
-			}
-			n, err := res.RowsAffected()
-			if err != nil {
+			var err error
+			if refused[i], err = s.confirmTx(ctx, tx, h); err != nil {
 				return err
-			}
-			if n == 0 {
-				err := stale(ctx, tx, h.Key, h.Token)
-				if !errors.Is(err, stores.ErrStaleClaim) {
-					return err
-				}
-				refused[i] = err
 			}
 		}
 		return nil
@@ -175,6 +163,33 @@ WHERE key = ?3 AND token = ?4`, now.UnixMilli(), now.Add(s.opts.Retention).UnixM
 		return nil, err
 	}
 	return refused, nil
+}
+
+// confirmTx confirms h in tx: refused is its *StaleClaimError, err a
+// failure of the store.
+func (s *Store) confirmTx(ctx context.Context, tx *sql.Tx, h stores.Held) (refused, err error) {
+	now := s.opts.Now()
+	res, err := tx.ExecContext(ctx, `
+UPDATE acemq_idempotency SET
+    confirmed_at = coalesce(confirmed_at, ?1),
+    expires_at = CASE WHEN state = 'claimed' THEN ?2 ELSE expires_at END,
+    state = 'confirmed'
+WHERE key = ?3 AND token = ?4`, now.UnixMilli(), now.Add(s.opts.Retention).UnixMilli(), h.Key, int64(h.Token))
+	if err != nil {
+		return nil, fmt.Errorf("idempotency key %q: %w", h.Key, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return nil, err
+	}
+	if n == 1 {
+		return nil, nil
+	}
+	err = stale(ctx, tx, h.Key, h.Token)
+	if !errors.Is(err, stores.ErrStaleClaim) {
+		return nil, err
+	}
+	return err, nil
 }
 
 // Release implements stores.Idempotency.

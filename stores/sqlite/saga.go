@@ -87,29 +87,9 @@ func (s *Store) AdvanceSaga(ctx context.Context, inst stores.SagaInstance) (stor
 		stale *stores.StaleSagaError
 	)
 	err = s.inTx(ctx, fmt.Sprintf("saga %q: advance instance %q from version %d", inst.Saga, inst.ID, inst.Version), func(tx *sql.Tx) error {
-		var ended sql.NullInt64
-		if inst.State.Ended() {
-			ended = sql.NullInt64{Int64: now.UnixMilli(), Valid: true}
-		}
-		res, err := tx.ExecContext(ctx, `UPDATE acemq_sagas SET state = ?1, step = ?2, reply_to = ?3, correlation_id = ?4, steps = ?5,
-    version = version + 1, updated_at = ?6, ended_at = ?7
-WHERE id = ?8 AND version = ?9 AND ended_at IS NULL`,
-			string(inst.State), inst.Step, inst.ReplyTo, inst.CorrelationID, string(steps), now.UnixMilli(), ended, inst.ID, inst.Version)
-		if err != nil {
+		var err error
+		if stale, err = advanceTx(ctx, tx, inst, steps, now); err != nil || stale != nil {
 			return err
-		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return err
-		}
-		if n == 0 {
-			var current int64
-			err := tx.QueryRowContext(ctx, `SELECT version FROM acemq_sagas WHERE id = ?1`, inst.ID).Scan(&current)
-			if err != nil && !errors.Is(err, sql.ErrNoRows) {
-				return err
-			}
-			stale = backend.StaleSaga(inst, current)
-			return nil
 		}
 		out, _, err = scanSaga(tx.QueryRowContext(ctx, `SELECT `+sagaColumns+` FROM acemq_sagas WHERE id = ?1`, inst.ID))
 		return err
@@ -121,6 +101,35 @@ WHERE id = ?8 AND version = ?9 AND ended_at IS NULL`,
 		return stores.SagaInstance{}, stale
 	}
 	return out, nil
+}
+
+// advanceTx writes inst, its steps encoded, from its version in tx; stale
+// is the refusal of a version the store does not hold.
+func advanceTx(ctx context.Context, tx *sql.Tx, inst stores.SagaInstance, steps []byte, now time.Time) (*stores.StaleSagaError, error) {
+	var ended sql.NullInt64
+	if inst.State.Ended() {
+		ended = sql.NullInt64{Int64: now.UnixMilli(), Valid: true}
+	}
+	res, err := tx.ExecContext(ctx, `UPDATE acemq_sagas SET state = ?1, step = ?2, reply_to = ?3, correlation_id = ?4, steps = ?5,
+    version = version + 1, updated_at = ?6, ended_at = ?7
+WHERE id = ?8 AND version = ?9 AND ended_at IS NULL`,
+		string(inst.State), inst.Step, inst.ReplyTo, inst.CorrelationID, string(steps), now.UnixMilli(), ended, inst.ID, inst.Version)
+	if err != nil {
+		return nil, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return nil, err
+	}
+	if n == 1 {
+		return nil, nil
+	}
+	var current int64
+	err = tx.QueryRowContext(ctx, `SELECT version FROM acemq_sagas WHERE id = ?1`, inst.ID).Scan(&current)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return nil, err
+	}
+	return backend.StaleSaga(inst, current), nil
 }
 
 // ListSagas implements stores.Sagas.

@@ -35,6 +35,12 @@ func RunSagas(t *testing.T, open Opener, f Features) {
 		{"the purge deletes instances ended before the cut-off, never a running or compensating one", sagaPurge},
 		{"an instance with no saga, no id or an unknown state is refused", sagaInvalid},
 		{"an instance is still there after the store is reopened", sagaDurable},
+		{"a saga claim reads the instance with the claim: claimed with the instance as stored, or none for an id never created", sagaClaimReads},
+		{"an advance confirms its claim in the same commit: the next claim is already confirmed and reads the advanced instance", sagaAdvanceConfirms},
+		{"a stale advance neither writes nor confirms: its claim stays held, still in progress to others", sagaAdvanceConfirmStale},
+		{"an advance whose claim was taken over is written and its confirm refused as stale, the taker's claim untouched", sagaAdvanceConfirmTakenOver},
+		{"in one batch a key's later claims are never claimed, two advances of one instance go in turn, an advance without a claim confirms none", sagaClaimBatch},
+		{"racing saga claims of one message on two handles: exactly one is claimed, and each claimed or confirmed answer reads the instance", sagaClaimRace},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, open, f) })
