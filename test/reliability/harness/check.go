@@ -36,7 +36,9 @@ func Check(t testing.TB, sent *Sent, replies *Replies, dead []DeadLetter, ledger
 		case "completed", "stopped":
 			done[run] = true
 			v.Completed++
-		case "dead-lettered":
+		case "dead-lettered", "compensated", "unresolved":
+			// Ended, each as it must be told: a saga's instance ends
+			// compensated or unresolved when a step fails for good.
 			done[run] = true
 		}
 	}

@@ -15,7 +15,8 @@ type Ledger struct {
 func OpenLedger(t testing.TB, url string) *Ledger {
 	t.Helper()
 	PSQL(t, url, `CREATE TABLE calls (run_id text NOT NULL, step text NOT NULL, attempt int NOT NULL, n int NOT NULL, at timestamptz NOT NULL, PRIMARY KEY (run_id, step, attempt));
-CREATE TABLE effects (run_id text NOT NULL, step text NOT NULL, n int NOT NULL, first_at timestamptz NOT NULL, last_at timestamptz NOT NULL, PRIMARY KEY (run_id, step))`)
+CREATE TABLE effects (run_id text NOT NULL, step text NOT NULL, n int NOT NULL, first_at timestamptz NOT NULL, last_at timestamptz NOT NULL, PRIMARY KEY (run_id, step));
+CREATE TABLE effect_ids (run_id text NOT NULL, step text NOT NULL, message_id text NOT NULL, n int NOT NULL, PRIMARY KEY (run_id, step, message_id))`)
 	return &Ledger{URL: url}
 }
 
@@ -29,6 +30,24 @@ func (l *Ledger) Effects(t testing.TB) map[string]map[string]int {
 			out[row[0]] = map[string]int{}
 		}
 		out[row[0]][row[1]] = n
+	}
+	return out
+}
+
+// EffectIDs returns run → step → the message ids whose effect was applied
+// there, each with how many times.
+func (l *Ledger) EffectIDs(t testing.TB) map[string]map[string]map[string]int {
+	t.Helper()
+	out := map[string]map[string]map[string]int{}
+	for _, row := range l.rows(t, "SELECT run_id, step, message_id, n FROM effect_ids") {
+		n, _ := strconv.Atoi(row[3])
+		if out[row[0]] == nil {
+			out[row[0]] = map[string]map[string]int{}
+		}
+		if out[row[0]][row[1]] == nil {
+			out[row[0]][row[1]] = map[string]int{}
+		}
+		out[row[0]][row[1]][row[2]] = n
 	}
 	return out
 }

@@ -8,13 +8,17 @@
 //     a run at a step, n the times that attempt was seen;
 //   - effects(run_id, step, n, first_at, last_at): one row per run and step
 //     that returned successfully, n the times it did (n > 1 is a duplicated
-//     effect).
+//     effect);
+//   - effect_ids(run_id, step, message_id, n): the same per message id, so
+//     that a step run again for the same message (a redelivery) can be
+//     told from a second message for the same step (a duplicate publish).
 //
 // The run is the message's correlation id; the step is the queue it was
 // consumed from. The payload chooses a fault, per message:
 //
 //	{"fail": true}            fails retryably on every attempt (poison)
 //	{"fatal": true}           fails fatally
+//	{"fatal_step": Q}         fails fatally at the step consuming queue Q only
 //	{"slow_ms": N}            waits N ms before the effect
 //	{"slow_ms": N, "slow_step": Q}  only at the step consuming queue Q
 //	{"hang": true}            waits until the call's context ends
@@ -62,6 +66,7 @@ func ledger(ctx context.Context) (*pgxpool.Pool, error) {
 type fault struct {
 	Fail          bool   `json:"fail"`
 	Fatal         bool   `json:"fatal"`
+	FatalStep     string `json:"fatal_step"`
 	SlowMS        int    `json:"slow_ms"`
 	SlowStep      string `json:"slow_step"`
 	Hang          bool   `json:"hang"`
@@ -86,8 +91,8 @@ func record(ctx context.Context, req *sdk.Request) (*sdk.Result, error) {
 	switch {
 	case f.CrashAttempts >= req.Envelope.Attempt:
 		os.Exit(3)
-	case f.Fatal:
-		return nil, sdk.Fatal(fmt.Errorf("recorder: fatal on run %s", run))
+	case f.Fatal || (f.FatalStep != "" && f.FatalStep == step):
+		return nil, sdk.Fatal(fmt.Errorf("recorder: fatal on run %s at %s", run, step))
 	case f.Fail:
 		return nil, fmt.Errorf("recorder: fail on attempt %d of run %s", req.Envelope.Attempt, run)
 	case f.Hang:
@@ -105,6 +110,10 @@ func record(ctx context.Context, req *sdk.Request) (*sdk.Result, error) {
 	if _, err := db.Exec(ctx, `INSERT INTO effects (run_id, step, n, first_at, last_at) VALUES ($1, $2, 1, now(), now())
 		ON CONFLICT (run_id, step) DO UPDATE SET n = effects.n + 1, last_at = now()`, run, step); err != nil {
 		return nil, fmt.Errorf("recorder: ledger effect of run %s at %s: %w", run, step, err)
+	}
+	if _, err := db.Exec(ctx, `INSERT INTO effect_ids (run_id, step, message_id, n) VALUES ($1, $2, $3, 1)
+		ON CONFLICT (run_id, step, message_id) DO UPDATE SET n = effect_ids.n + 1`, run, step, req.Envelope.MessageID); err != nil {
+		return nil, fmt.Errorf("recorder: ledger effect id of run %s at %s: %w", run, step, err)
 	}
 	return &sdk.Result{Payload: req.Payload}, nil
 }
