@@ -18,6 +18,9 @@ import (
 // confirmed once what the call produced is confirmed by the broker, or
 // released when it failed.
 func (g *group) claimStep(next stepFunc) stepFunc {
+	if g.saga != nil && g.saga.claims != nil {
+		return g.sagaClaimStep() // the claim reads the instance (step_saga_claim.go)
+	}
 	return func(ctx context.Context, d *delivery) decide.Decision {
 		t, state, err := g.gate.Begin(ctx, d.in.Env.MessageID)
 		switch {

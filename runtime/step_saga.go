@@ -66,6 +66,13 @@ type sagaCall struct {
 	// outage reports a failure of the store and says whether it was the
 	// store's outage (outages.failed); nil: none is.
 	outage func(store string, err error) bool
+	// claims and confirms, when the claim gate's store keeps the instances
+	// too (stores.SagaClaims; step_saga_claim.go), claim a delivery and
+	// read its instance in one round trip, and write the instance and
+	// confirm the claim in one commit. nil: the gate claims and confirms
+	// on its own, and the instance is read and written apart.
+	claims   *coalescer[stores.SagaClaimRequest, stores.SagaClaim]
+	confirms *coalescer[stores.SagaAdvance, stores.SagaAdvanced]
 }
 
 // sagaStaleTries bounds how often one delivery reads the instance again
@@ -75,10 +82,17 @@ const sagaStaleTries = 3
 
 // step decides what one delivery to the saga consumer does.
 func (sc *sagaCall) step(ctx context.Context, d *delivery) decide.Decision {
-	in := d.in
 	if sc.c.Kind == plan.KindSagaTimeout {
-		return sc.timedOut(ctx, in)
+		return sc.timedOut(ctx, d.in)
 	}
+	return sc.run(ctx, d, nil)
+}
+
+// run decides what one delivery to a step's or a compensation's consumer
+// does. pre, when not nil, is the instance read with the delivery's claim
+// (step_saga_claim.go), used in place of the first read.
+func (sc *sagaCall) run(ctx context.Context, d *delivery, pre *stores.SagaClaim) decide.Decision {
+	in := d.in
 	id, _ := decide.SagaInstanceID(in)
 	starts := decide.SagaStarts(sc.saga, sc.c, in)
 	// ran: the handler ran on this delivery and its write was refused as
@@ -93,7 +107,12 @@ func (sc *sagaCall) step(ctx context.Context, d *delivery) decide.Decision {
 		// The starting message goes straight to CreateSaga, which returns
 		// the instance when it exists already (a redelivery): one round
 		// trip to the store fewer per instance.
-		if try > 0 || !starts {
+		switch {
+		case try == 0 && pre != nil:
+			if pre.Found {
+				rec, inst = pre.Instance, sagaOf(pre.Instance)
+			}
+		case try > 0 || !starts:
 			got, ok, err := sc.store.GetSaga(ctx, id)
 			if err != nil {
 				return sc.storeFailed(in, err, now)
@@ -147,7 +166,7 @@ func (sc *sagaCall) step(ctx context.Context, d *delivery) decide.Decision {
 		}
 		next := sagaToStore(t.Instance)
 		next.Version = rec.Version
-		if _, err := sc.store.AdvanceSaga(ctx, next); err != nil {
+		if err := sc.advance(ctx, d, next, t.Decision()); err != nil {
 			if errors.Is(err, stores.ErrStaleSaga) {
 				ran, succeeded = true, callErr == nil
 				continue // another delivery moved the instance: decide anew
@@ -277,6 +296,7 @@ func (g *group) newSagaCall() *sagaCall {
 			return g.publishNow(ctx, m)
 		}
 	}
+	g.claimWithInstance(sc)
 	return sc
 }
 

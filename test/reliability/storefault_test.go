@@ -212,7 +212,9 @@ func TestChaosS13LeaseExpiryRace(t *testing.T) {
 // ambiguousStore is the store with Temporal's ambiguous commits: a claim
 // batch, a confirm batch or a saga advance is committed, and then, on p of the calls
 // (seeded), answered as if the connection had dropped before the answer
-// came back.
+// came back. The saga consumers' claims that read their instances and
+// their advances that confirm their claims (stores.SagaClaims) are lost
+// the same way, counted as claims and as advances.
 type ambiguousStore struct {
 	*postgres.Store
 	mu       sync.Mutex
@@ -256,6 +258,24 @@ func (a *ambiguousStore) AdvanceSagaBatch(ctx context.Context, insts []stores.Sa
 		return nil, errLostAnswer
 	}
 	return refused, err
+}
+
+func (a *ambiguousStore) ClaimSagaBatch(ctx context.Context, reqs []stores.SagaClaimRequest) ([]stores.SagaClaim, error) {
+	out, err := a.Store.ClaimSagaBatch(ctx, reqs)
+	if err == nil && a.lose() {
+		a.claims.Add(1)
+		return nil, errLostAnswer
+	}
+	return out, err
+}
+
+func (a *ambiguousStore) AdvanceSagaConfirmBatch(ctx context.Context, advs []stores.SagaAdvance) ([]stores.SagaAdvanced, error) {
+	out, err := a.Store.AdvanceSagaConfirmBatch(ctx, advs)
+	if err == nil && a.lose() {
+		a.advances.Add(1)
+		return nil, errLostAnswer
+	}
+	return out, err
 }
 
 func (a *ambiguousStore) ConfirmBatch(ctx context.Context, held []stores.Held) ([]error, error) {
