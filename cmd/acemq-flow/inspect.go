@@ -4,26 +4,38 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/acemq/acemq-flow/runtime/ops"
+	"github.com/acemq/acemq-flow/stores"
 )
 
 func newInspectCmd(s streams) *cobra.Command {
 	var (
-		limit   int
-		format  string
-		amqpURL string
+		limit     int
+		format    string
+		amqpURL   string
+		registry  string
+		adminAddr string
+		token     string
 	)
 	cmd := &cobra.Command{
-		Use:   "inspect QUEUE [--limit N] [--format text|json]",
+		Use:   "inspect QUEUE [--limit N] [--format text|json] [--registry URL]",
 		Short: "Show a queue's depth and its first messages without losing any",
 		Long: `Show how many messages a queue holds and a readable view of the first
 --limit of them: message id, attempt, replays, error, where it failed, the
 route position or the carried slip (done ✓ with times in UTC, the current
 stop in brackets, then the rest), and the first 200 bytes of the payload.
+
+A claim-checked message shows its blob's key and size, not fetched. An Avro
+message (FLOW-FORMAT §6) is shown as JSON, decoded by its writer's schema,
+fetched by the id in its frame from --registry or, by default, from the
+registry the running runtime serves at --admin; when that cannot be done
+(the registry not reached, an unknown id), its first bytes are shown in hex
+with the reason.
 
 The messages are read with basic.get and all put back when the command ends.
 A classic queue (.dlq and .parked are classic) keeps them in their places.
@@ -33,7 +45,8 @@ does: a message inspected until its deliveries pass the queue's delivery
 limit (x-delivery-limit) is dead-lettered. Use --limit 0 on a quorum queue
 to see its depth alone.
 
-Environment: ACEMQ_AMQP_URL (--amqp).`,
+Environment: ACEMQ_AMQP_URL (--amqp), ACEMQ_SCHEMA_REGISTRY_URL (--registry),
+ACEMQ_ADMIN_ADDR (--admin), ACEMQ_ADMIN_TOKEN (--admin-token).`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return usage("name one queue to inspect: acemq-flow inspect QUEUE")
@@ -47,7 +60,11 @@ Environment: ACEMQ_AMQP_URL (--amqp).`,
 			if format != "text" && format != "json" {
 				return usage("--format must be text or json, not %q", format)
 			}
-			view, err := ops.Inspect(cmd.Context(), amqpURL, args[0], limit)
+			dec, err := newAvroDecoder(registry, adminAddr, token)
+			if err != nil {
+				return err
+			}
+			view, err := ops.InspectWith(cmd.Context(), amqpURL, args[0], limit, ops.InspectOptions{Decoder: dec})
 			if err != nil {
 				return failed("%v", err)
 			}
@@ -63,6 +80,10 @@ Environment: ACEMQ_AMQP_URL (--amqp).`,
 	f := cmd.Flags()
 	f.IntVar(&limit, "limit", 10, "show at most this many messages (0: the depth only; on a quorum queue each message shown counts one delivery)")
 	f.StringVar(&format, "format", "text", "output format: text or json")
+	f.StringVar(&registry, "registry", os.Getenv("ACEMQ_SCHEMA_REGISTRY_URL"), "the schema registry Avro messages are decoded by: http(s)://[user:password@]host[:port][/path] (env ACEMQ_SCHEMA_REGISTRY_URL; default: the runtime's admin listener at --admin)")
+	f.Lookup("registry").DefValue = stores.Redact(registry)
+	f.StringVar(&adminAddr, "admin", envOr("ACEMQ_ADMIN_ADDR", "127.0.0.1:9464"), "without --registry, the running runtime's admin address, whose registry decodes Avro messages (env ACEMQ_ADMIN_ADDR)")
+	f.StringVar(&token, "admin-token", envOr("ACEMQ_ADMIN_TOKEN", ""), "the bearer token of the runtime's admin API, when it was started with one (env ACEMQ_ADMIN_TOKEN)")
 	amqpFlag(f, &amqpURL)
 	return cmd
 }
@@ -132,7 +153,19 @@ func renderInspectText(w io.Writer, v ops.QueueView) {
 		if m.Truncated {
 			more = " …"
 		}
-		fmt.Fprintf(w, "   payload (%d bytes): %s%s\n", m.Size, m.Preview, more)
+		switch {
+		case m.Avro != nil && m.Avro.Decoded:
+			fmt.Fprintf(w, "   payload (%d bytes, Avro, schema id %d, as JSON): %s%s\n", m.Size, m.Avro.SchemaID, m.Preview, more)
+		case m.Avro != nil:
+			id := ""
+			if m.Avro.SchemaID > 0 {
+				id = fmt.Sprintf(", schema id %d", m.Avro.SchemaID)
+			}
+			fmt.Fprintf(w, "   payload (%d bytes, Avro%s, in hex): %s%s\n", m.Size, id, m.Preview, more)
+			fmt.Fprintf(w, "   not decoded: %s\n", esc(m.Avro.Note))
+		default:
+			fmt.Fprintf(w, "   payload (%d bytes): %s%s\n", m.Size, m.Preview, more)
+		}
 	}
 }
 

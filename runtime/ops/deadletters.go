@@ -159,7 +159,7 @@ func InspectMany(ctx context.Context, url, name string, queues []string, limit i
 	top := broker.NewTopology(conn, nil)
 	defer top.Close()
 	for _, q := range queues {
-		view, err := inspectOn(ctx, top, q, limit)
+		view, err := inspectOn(ctx, top, q, limit, nil)
 		if errors.Is(err, broker.ErrNotFound) {
 			continue
 		}
@@ -171,8 +171,9 @@ func InspectMany(ctx context.Context, url, name string, queues []string, limit i
 	return views, nil
 }
 
-// inspectOn reads queue's first limit messages on top and puts them back.
-func inspectOn(ctx context.Context, top *broker.Topology, queue string, limit int) (QueueView, error) {
+// inspectOn reads queue's first limit messages on top and puts them back;
+// dec, when not nil, reads the bodies in its framing (viewMessage).
+func inspectOn(ctx context.Context, top *broker.Topology, queue string, limit int, dec Decoder) (QueueView, error) {
 	view := QueueView{Queue: queue, Messages: []MessageView{}}
 	depth, err := top.Depth(ctx, queue)
 	if err != nil {
@@ -204,7 +205,7 @@ func inspectOn(ctx context.Context, top *broker.Topology, queue string, limit in
 			break
 		}
 		held = append(held, d)
-		view.Messages = append(view.Messages, viewMessage(d.Delivery))
+		view.Messages = append(view.Messages, viewMessage(ctx, d.Delivery, dec))
 	}
 	return view, nil
 }

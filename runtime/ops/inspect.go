@@ -86,12 +86,50 @@ type MessageView struct {
 	// dead-letters such a message with that reason).
 	ClaimCheck      *ClaimCheckView `json:"claim_check,omitempty"`
 	ClaimCheckError string          `json:"claim_check_error,omitempty"`
+	// Avro is set for a message in the Avro framing (FLOW-FORMAT §6) when
+	// Inspect was given a Decoder (InspectOptions): its writer's schema id
+	// and whether Preview shows it decoded to JSON.
+	Avro *AvroView `json:"avro,omitempty"`
 	// Size is the payload's length in bytes; Preview its first
 	// PreviewBytes, with bytes that are not printable text escaped (\n,
-	// \x00, \u200b); Truncated says the payload goes on.
+	// \x00, \u200b); Truncated says the payload goes on. For an Avro
+	// message, Preview is the start of its JSON, or of its bytes in hex
+	// when it could not be decoded.
 	Size      int    `json:"size"`
 	Preview   string `json:"preview"`
 	Truncated bool   `json:"truncated,omitempty"`
+}
+
+// AvroView says how Inspect read a message in the Avro framing: SchemaID
+// is the writer's schema id its frame names (0 when the frame cannot be
+// read); Decoded is true when Preview is the body as JSON, decoded by that
+// schema; otherwise Preview is a hex dump of the body's first bytes and
+// Note says why it was not decoded (the registry not reached, an unknown
+// id, data that does not read).
+type AvroView struct {
+	SchemaID int    `json:"schema_id,omitempty"`
+	Decoded  bool   `json:"decoded"`
+	Note     string `json:"note,omitempty"`
+}
+
+// A Decoder reads, for a view, a body the broker holds in a binary
+// encoding: `inspect` passes one that reads the Avro framing by the
+// schema registry (runtime/codec). It is used from one goroutine.
+type Decoder interface {
+	// Framed reports whether a message of content type ct with body is in
+	// the decoder's framing, and the writer's schema id the frame names
+	// (0 when the frame cannot be read).
+	Framed(ct string, body []byte) (id int, ok bool)
+	// Decode returns body as JSON text, or an error that says, as a
+	// sentence, why it cannot.
+	Decode(ctx context.Context, body []byte) ([]byte, error)
+}
+
+// InspectOptions change what InspectWith shows of the messages.
+type InspectOptions struct {
+	// Decoder, when set, shows the messages in its framing decoded to
+	// JSON, or when that fails in hex with the reason (MessageView.Avro).
+	Decoder Decoder
 }
 
 // ClaimCheckView is the reference a claim-checked message carries: the key
@@ -117,6 +155,12 @@ type ClaimCheckView struct {
 //
 // Inspect opens its own connection to url and closes it before it returns.
 func Inspect(ctx context.Context, url, queue string, limit int) (QueueView, error) {
+	return InspectWith(ctx, url, queue, limit, InspectOptions{})
+}
+
+// InspectWith is Inspect with opts: with opts.Decoder, Avro messages are
+// shown as JSON.
+func InspectWith(ctx context.Context, url, queue string, limit int, opts InspectOptions) (QueueView, error) {
 	view := QueueView{Queue: queue, Messages: []MessageView{}}
 	if limit < 0 {
 		return view, fmt.Errorf("inspect queue %q: the limit must not be negative, not %d", queue, limit)
@@ -130,15 +174,16 @@ func Inspect(ctx context.Context, url, queue string, limit int) (QueueView, erro
 	defer conn.Close()
 	top := broker.NewTopology(conn, nil)
 	defer top.Close()
-	view, err = inspectOn(ctx, top, queue, limit)
+	view, err = inspectOn(ctx, top, queue, limit, opts.Decoder)
 	if errors.Is(err, broker.ErrNotFound) {
 		return view, queueError("inspect", queue, err)
 	}
 	return view, err
 }
 
-// viewMessage builds the readable view of one delivery.
-func viewMessage(d amqp.Delivery) MessageView {
+// viewMessage builds the readable view of one delivery, its body read by
+// dec when it is in dec's framing (dec may be nil).
+func viewMessage(ctx context.Context, d amqp.Delivery, dec Decoder) MessageView {
 	m := wire.Message(&d)
 	env := decide.ReadEnvelope(m)
 	v := MessageView{
@@ -194,7 +239,36 @@ func viewMessage(d amqp.Delivery) MessageView {
 		v.ClaimCheck = &ClaimCheckView{Key: ref.Key, Size: ref.Size, ContentType: ref.ContentType}
 	}
 	v.Preview, v.Truncated = Preview(d.Body, PreviewBytes)
+	if dec == nil {
+		return v
+	}
+	if id, ok := dec.Framed(d.ContentType, d.Body); ok {
+		v.Avro = &AvroView{SchemaID: id}
+		js, err := dec.Decode(ctx, d.Body)
+		if err == nil {
+			v.Avro.Decoded = true
+			v.Preview, v.Truncated = Preview(js, PreviewBytes)
+		} else {
+			v.Avro.Note = err.Error()
+			v.Preview, v.Truncated = HexPreview(d.Body, PreviewBytes)
+		}
+	}
 	return v
+}
+
+// HexPreview returns as much of body as max characters hold in hex, two
+// digits a byte and a space between bytes, and reports whether body goes
+// on beyond that.
+func HexPreview(body []byte, max int) (string, bool) {
+	n := min(len(body), (max+1)/3)
+	var sb strings.Builder
+	for i, c := range body[:n] {
+		if i > 0 {
+			sb.WriteByte(' ')
+		}
+		fmt.Fprintf(&sb, "%02x", c)
+	}
+	return sb.String(), n < len(body)
 }
 
 // firstDeath reads the broker's most recent dead-lettering from x-death.
