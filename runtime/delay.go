@@ -25,8 +25,12 @@ var ErrNotRunning = errors.New("the runtime is not running")
 // when the plan has a step delay or Options.Delays is set) delivers it, and
 // a destination that takes nothing yet is tried again every 10 s until it
 // does. A time at or before now is delivered as soon as `.due` is consumed.
-// A body above its type's claim_check.above goes by claim check when the
-// runtime has a blob store (Options.Blobs).
+// A JSON body for an Avro type (the input type of the consumer the
+// destination reaches, else the type m.Type names) is encoded as Avro with
+// the type's registry id, as `send` encodes it (FLOW-FORMAT §6); one that
+// does not fit the type is refused with an error naming it. A body above
+// its type's claim_check.above goes by claim check when the runtime has a
+// blob store (Options.Blobs).
 // A delay beyond the ladder's 2^28 - 1 s gives an error wrapping
 // decide.ErrDelayTooLong. m is not changed. It is safe for concurrent use
 // while Run runs; before that, and once Run drains, it returns
@@ -41,8 +45,11 @@ func (r *Runtime) PublishAt(ctx context.Context, m decide.Message, at time.Time)
 	if m.DeliveryMode == 0 {
 		m.DeliveryMode = decide.Persistent
 	}
-	m, err := r.claimChecked(ctx, m)
+	m, err := r.encodeOwn(ctx, m)
 	if err != nil {
+		return err
+	}
+	if m, err = r.claimChecked(ctx, m); err != nil {
 		return err
 	}
 	ladder := decide.Ladder{Unit: r.opts.LadderUnit}

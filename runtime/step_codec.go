@@ -252,6 +252,61 @@ func (r *Runtime) EncodeFirst(ctx context.Context, t decide.Target, m decide.Mes
 	return EncodeMessage(ctx, r.codec, typ, m)
 }
 
+// encodeOwn returns m, a message the runtime publishes of its own accord
+// (PublishAt and PublishIn, a schedule's firing), as it goes on the wire:
+// its JSON body encoded by the Avro type it is for, with that type's
+// registry id (FLOW-FORMAT §6), as send encodes a first message; unchanged
+// when that type is not Avro, or the body is Avro already. The type it is
+// for is the input type of the consumer its destination reaches, else the
+// Avro type m.Type names. A body that does not fit the type is refused,
+// naming it; so is one the registry could not give an id for.
+func (r *Runtime) encodeOwn(ctx context.Context, m decide.Message) (decide.Message, error) {
+	if r.codec == nil || codec.IsAvro(m.ContentType, m.Body) {
+		return m, nil
+	}
+	typ := r.ownType(m)
+	if typ == nil {
+		return m, nil
+	}
+	out, err := EncodeMessage(ctx, r.codec, typ, m)
+	switch {
+	case err == nil:
+		return out, nil
+	case codec.Fatal(err):
+		return m, fmt.Errorf("message %s for exchange %q, routing key %q: its body does not fit Avro type %s (%s): %w", m.MessageID, m.Exchange, m.RoutingKey, typ.Name, typ.Pos, err)
+	}
+	return m, fmt.Errorf("message %s for exchange %q, routing key %q: encode it as Avro type %s: the schema registry: %w", m.MessageID, m.Exchange, m.RoutingKey, typ.Name, err)
+}
+
+// ownType returns the Avro type a message the runtime publishes is for
+// (encodeOwn), or nil.
+func (r *Runtime) ownType(m decide.Message) *spec.Type {
+	queue := m.RoutingKey
+	if m.Exchange != "" {
+		queue = ""
+		for _, b := range r.plan.Bindings {
+			if b.Exchange == m.Exchange && b.RoutingKey == m.RoutingKey && b.Queue != "" {
+				queue = b.Queue
+				break
+			}
+		}
+	}
+	for i := range r.plan.Consumers {
+		if c := &r.plan.Consumers[i]; queue != "" && c.Queue == queue {
+			if t := avroTypeOf(c.File, c.Input); t != nil {
+				return t
+			}
+			break
+		}
+	}
+	for _, f := range planFlows(r.plan) {
+		if t := avroTypeOf(f, m.Type); t != nil {
+			return t
+		}
+	}
+	return nil
+}
+
 // EncodeMessage returns m with its JSON body encoded as Avro type typ by
 // c: the Confluent framing, content_type application/vnd.apache.avro+binary
 // and header x-acemq-schema-id (FLOW-FORMAT §6).
