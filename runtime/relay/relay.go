@@ -174,8 +174,11 @@ type Relay struct {
 	claimed, published, failed, stuck, left, leaseLost atomic.Int64
 }
 
-// relayClaimers is how many claims a relay has in flight at once.
-const relayClaimers = 2
+// relayClaimers is how many claims a relay has in flight at once. With two,
+// claims came too slowly to refill the slots of the batches that finished:
+// on PostgreSQL the publisher's window was short of full for 9-17% of a run,
+// 7-12% with three.
+const relayClaimers = 3
 
 // relayMarkers is how many marks a relay has in flight at once.
 const relayMarkers = 2
@@ -183,12 +186,14 @@ const relayMarkers = 2
 // relayHeldBatches is how many batches a relay with a locker holds open at
 // once. Each holds a database connection until its records are settled,
 // from the pool the PostgreSQL store keeps for held batches, whose size
-// (heldConns = 7 in stores/postgres) is sized for relayHeldBatches = 6, so
-// change the two together. A batch spends about as long in its claim and
-// its commit as in being published, so it takes about twice the
-// publisher's window of rows to keep that window full: with three batches
-// of 100 the relay published 10% fewer rows a second than with six.
-const relayHeldBatches = 6
+// (heldConns = 9 in stores/postgres) is sized for relayHeldBatches = 8, so
+// change the two together. A batch holds its slot from its claim through
+// its publishing and its last confirm (a window behind) to its commit: it
+// takes about twice the publisher's window of rows to keep that window
+// full. With three batches of 100 the relay published 10% fewer rows a
+// second than with six; with six, the window was short of full for 7-12% of
+// a run, mostly while every batch was held, and with eight for 4-8%.
+const relayHeldBatches = 8
 
 // relayExchangeTTL is how long an exchange found to exist is trusted.
 const relayExchangeTTL = time.Minute

@@ -68,8 +68,8 @@ var (
 const defaultConns = 16
 
 // heldConns bounds the connections of batches held open by ClaimLocked (a
-// relay holds at most six at once).
-const heldConns = 7
+// relay holds at most eight at once).
+const heldConns = 9
 
 // Open connects a pool to connURL (postgres:// or postgresql://, or a pgx
 // key=value string) and pings it. It does not create tables: call Migrate,
