@@ -6,6 +6,7 @@ import (
 
 	"github.com/acemq/acemq-flow/runtime/plan"
 	"github.com/acemq/acemq-flow/runtime/scheduler"
+	"github.com/acemq/acemq-flow/runtime/tracing"
 )
 
 // newSchedules builds the loop of the plan's schedules (nil without any),
@@ -19,7 +20,8 @@ func newSchedules(pl *plan.Plan, opts Options, m *metrics) (*scheduler.Schedules
 		s := pl.Schedules[0]
 		return nil, fmt.Errorf("%s: schedule %q needs a store to claim its ticks in, and none is configured; run with --store (sqlite:PATH for one runtime, postgres://… for several)", s.At, s.Name)
 	}
-	return scheduler.NewSchedules(scheduler.SchedulesOptions{Plan: pl, Store: opts.Schedules, Metrics: m.reg, Log: opts.Log})
+	return scheduler.NewSchedules(scheduler.SchedulesOptions{Plan: pl, Store: opts.Schedules, Metrics: m.reg, Log: opts.Log,
+		Tracer: tracing.New(opts.Tracing)})
 }
 
 // startSchedules runs the schedules' loop beside the consumers until the

@@ -39,7 +39,8 @@ func (g *group) traceStep(next stepFunc) stepFunc {
 			}
 		}
 		if g.c.Saga != "" {
-			if id := decide.HeaderText(in.Env.Headers[plan.HeaderSagaID]); id != "" {
+			// The instance's id: the first message's id starts it.
+			if id, _ := decide.SagaInstanceID(in); id != "" {
 				attrs = append(attrs, tracing.AttrSagaInstance.String(id))
 			}
 		}

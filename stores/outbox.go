@@ -25,7 +25,8 @@ import (
 //
 // TraceParent is the W3C traceparent of the span the record was written in
 // (empty when none): Add records the caller's context (TraceParentOf) when
-// the writer sets none, and the relay publishes the record as a child of
+// the writer sets none, and the relay publishes the message with it as
+// its traceparent (the creation context), the relay's own span linked to
 // it, so that the writer's trace goes on through the message.
 //
 // DeliverAt is when the message is due at Exchange; zero means now. The

@@ -7,10 +7,12 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/acemq/acemq-flow/runtime/broker"
 	"github.com/acemq/acemq-flow/runtime/decide"
 	"github.com/acemq/acemq-flow/runtime/plan"
+	"github.com/acemq/acemq-flow/runtime/tracing"
 	"github.com/acemq/acemq-flow/runtime/wire"
 )
 
@@ -82,6 +84,13 @@ func (r *Reply) Route() string {
 	return r.Slip.Text()
 }
 
+// endSpan ends the span of a send's publish, when it has one.
+func endSpan(span trace.Span, err error) {
+	if span != nil {
+		tracing.End(span, err, "")
+	}
+}
+
 // ErrNoReply is returned by Send when no reply came within the wait.
 var ErrNoReply = errors.New("no reply")
 
@@ -100,6 +109,15 @@ const sendConfirmTimeout = 30 * time.Second
 // whole, from the publish to the reply. It returns nil Reply when wait is
 // zero.
 func Send(ctx context.Context, url string, msg decide.Message, wait time.Duration) (*Reply, error) {
+	return SendTraced(ctx, url, msg, wait, nil)
+}
+
+// SendTraced is Send with the publish a producer span of t
+// (runtime/tracing), "publish <exchange>", a child of ctx's span or the
+// root of a new trace (acemq-flow send's), ended at the broker's confirm:
+// the message's creation context, so that its run is in that trace. A nil
+// t traces nothing, as Send.
+func SendTraced(ctx context.Context, url string, msg decide.Message, wait time.Duration, t *tracing.Tracer) (*Reply, error) {
 	dctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	conn, err := broker.Open(dctx, url, broker.ConnOptions{Name: "acemq-flow send", OpTimeout: sendOpTimeout})
@@ -134,15 +152,25 @@ func Send(ctx context.Context, url string, msg decide.Message, wait time.Duratio
 	defer timer.Stop()
 	pctx, pcancel := context.WithTimeout(ctx, limit)
 	defer pcancel()
+	var span trace.Span
+	if t != nil {
+		var h map[string]any
+		h, span = t.Publish(ctx, tracing.Publishing{Exchange: msg.Exchange, RoutingKey: msg.RoutingKey, MessageID: msg.MessageID,
+			CorrelationID: msg.CorrelationID, BodySize: len(msg.Body), Headers: msg.Headers})
+		msg.Headers = decide.Table(h)
+	}
 	pending, err := pub.PublishAsync(pctx, wire.Publishing(msg))
 	if err != nil {
+		endSpan(span, err)
 		// Nothing was published.
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
 		return nil, sendError(msg, limit, err)
 	}
-	if err := pending.Wait(pctx); err != nil {
+	err = pending.Wait(pctx)
+	endSpan(span, err)
+	if err != nil {
 		if ctx.Err() != nil {
 			// The message went out: say which, so that it can be followed.
 			return nil, fmt.Errorf("message %s was sent, and the wait for the broker's confirm was interrupted (it may yet be delivered): %w", msg.MessageID, ctx.Err())

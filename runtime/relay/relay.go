@@ -68,11 +68,12 @@ type Options struct {
 	// Log receives lifecycle events and failed records; nil discards.
 	Log *slog.Logger
 	// Tracer makes a producer span of each record's publish
-	// (runtime/tracing), a child of the context the record was written
-	// in (its traceparent column), and puts its trace context in the
-	// message's headers; nil traces nothing. A record whose headers carry
-	// a traceparent of their own keeps it (the writer's creation context)
-	// and gets the publish as its link.
+	// (runtime/tracing), linked to the context the record was written in
+	// (its traceparent column, or the traceparent its headers carry), not
+	// its child: the publish is one of a batch. That context stays the
+	// message's traceparent, so that its consumers are in the writer's
+	// trace, and the publish is its x-acemq-trace-link; nil traces
+	// nothing.
 	Tracer *tracing.Tracer
 }
 
@@ -516,9 +517,12 @@ func (r *Relay) publish(ctx context.Context, rec *stores.OutboxRecord, held *hel
 	if t == nil {
 		return r.pub.PublishFunc(ctx, msg, func(err error) { results <- relayResult{rec: rec, err: err, batch: held} })
 	}
-	h, span := t.Publish(tracing.ContextOf(ctx, rec.TraceParent, ""), tracing.Publishing{Exchange: msg.Exchange, RoutingKey: msg.RoutingKey,
-		MessageID: msg.MessageId, CorrelationID: msg.CorrelationId, BodySize: len(msg.Body), Headers: msg.Headers,
-		Republish: tracing.Carrier(msg.Headers).Get(tracing.HeaderTraceParent) != ""}, tracing.AttrOutboxID.Int64(rec.ID))
+	// The writer's context (the row's column, unless the headers carry a
+	// creation context of their own) is the message's creation context;
+	// the publish, one of a batch, links to it.
+	h, span := t.Publish(ctx, tracing.Publishing{Exchange: msg.Exchange, RoutingKey: msg.RoutingKey,
+		MessageID: msg.MessageId, CorrelationID: msg.CorrelationId, BodySize: len(msg.Body),
+		Headers: tracing.WithCreation(msg.Headers, rec.TraceParent), Relayed: true}, tracing.AttrOutboxID.Int64(rec.ID))
 	msg.Headers = amqp.Table(h)
 	err = r.pub.PublishFunc(ctx, msg, func(err error) {
 		tracing.End(span, err, "")

@@ -9,9 +9,12 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/acemq/acemq-flow/runtime/decide"
 	"github.com/acemq/acemq-flow/runtime/plan"
+	"github.com/acemq/acemq-flow/runtime/tracing"
 	"github.com/acemq/acemq-flow/stores"
 )
 
@@ -38,6 +41,11 @@ type SchedulesOptions struct {
 	// Log receives firings (debug), missed ticks (warn) and store failures;
 	// nil discards.
 	Log *slog.Logger
+	// Tracer makes each firing a span of its own, "schedule <key>" (kind
+	// producer, the root of a new trace: a tick is nobody's child), in
+	// whose context the tick's outbox record is written, so that the
+	// firing's message has it as its creation context; nil traces nothing.
+	Tracer *tracing.Tracer
 }
 
 // LateAfter is how late a tick may be reached while the loop runs and
@@ -215,18 +223,32 @@ func (s *Schedules) fire(ctx context.Context, sc *schedule, tick time.Time, log 
 		return true
 	}
 	rec := OutboxRecord(m)
+	cctx := ctx // the claim's: the firing's span, when tracing
+	if t := s.opts.Tracer; t != nil {
+		var span trace.Span
+		// A root whatever ctx carries.
+		root := trace.ContextWithSpanContext(ctx, trace.SpanContext{})
+		cctx, span = t.Start(root, "schedule "+sc.Key(), trace.SpanKindProducer, nil,
+			tracing.AttrFlow.String(sc.Flow), tracing.AttrSchedule.String(sc.Name),
+			tracing.AttrScheduleTick.String(TickText(tick)), semconv.MessagingMessageID(m.MessageID))
+		rec.TraceParent = tracing.TraceParent(cctx)
+		defer span.End()
+	}
 	for attempt := 1; ; attempt++ {
-		claimed, err := s.opts.Store.ClaimTick(ctx, sc.Key(), tick, rec)
+		claimed, err := s.opts.Store.ClaimTick(cctx, sc.Key(), tick, rec)
 		switch {
 		case err == nil && claimed:
 			s.fired.WithLabelValues(sc.Key()).Inc()
 			log.Debug("schedule fired", "tick", TickText(tick), "message_id", m.MessageID, "exchange", m.Exchange, "routing_key", m.RoutingKey)
+			setOutcome(cctx, "fired")
 			return true
 		case err == nil:
 			s.lost.WithLabelValues(sc.Key()).Inc()
 			log.Debug("schedule tick claimed by another replica", "tick", TickText(tick))
+			setOutcome(cctx, "claimed_elsewhere")
 			return true
 		case ctx.Err() != nil:
+			setOutcome(cctx, "stopped")
 			return false
 		}
 		d := backoff(attempt)
@@ -239,6 +261,11 @@ func (s *Schedules) fire(ctx context.Context, sc *schedule, tick time.Time, log 
 			return false
 		}
 	}
+}
+
+// setOutcome records a firing's outcome on its span, when ctx has one.
+func setOutcome(ctx context.Context, outcome string) {
+	trace.SpanFromContext(ctx).SetAttributes(tracing.AttrOutcome.String(outcome))
 }
 
 // backoff doubles from 100ms per failed attempt, up to 5s.

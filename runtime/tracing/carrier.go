@@ -128,18 +128,19 @@ func Outgoing(h map[string]any, sc trace.SpanContext, republish bool) map[string
 	return out
 }
 
-// ContextOf returns the trace context a W3C traceparent (and tracestate)
-// value carries, as a remote parent in ctx; ctx unchanged when traceparent
-// is not valid. The relay uses it for a row's recorded context.
-func ContextOf(ctx context.Context, traceparent, tracestate string) context.Context {
-	if traceparent == "" {
-		return ctx
+// WithCreation returns headers h with traceparent as their creation
+// context when h carry none and traceparent is valid (the writer's context
+// an outbox record keeps in its column); h itself otherwise. h is not
+// changed: a copy is returned when one is set.
+func WithCreation(h map[string]any, traceparent string) map[string]any {
+	if traceparent == "" || Carrier(h).Get(HeaderTraceParent) != "" || !parseTraceParent(traceparent).IsValid() {
+		return h
 	}
-	c := propagation.MapCarrier{HeaderTraceParent: traceparent}
-	if tracestate != "" {
-		c[HeaderTraceState] = tracestate
-	}
-	return w3c.Extract(ctx, c)
+	out := make(map[string]any, len(h)+1)
+	maps.Copy(out, h)
+	out[HeaderTraceParent] = traceparent
+	delete(out, HeaderTraceState)
+	return out
 }
 
 // TraceParent returns the span context of ctx in traceparent's format, or

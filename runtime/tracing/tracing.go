@@ -38,6 +38,7 @@ const (
 	AttrHandler      = attribute.Key("acemq.handler")
 	AttrOutboxID     = attribute.Key("acemq.outbox.id")
 	AttrSchedule     = attribute.Key("acemq.schedule")
+	AttrScheduleTick = attribute.Key("acemq.schedule.tick")
 )
 
 // Scope is the instrumentation scope of the runtime's spans.
@@ -113,6 +114,13 @@ type Publishing struct {
 	// a dead-letter, the delay ladder's delivery, a replay), false for a
 	// new one (a step's output, a reply, a first send).
 	Republish bool
+	// Relayed is true for a message published out of a batch an
+	// intermediary claimed (the outbox relay's), and implies Republish:
+	// the batch is not the message's cause, so the span is not a child of
+	// the message's creation context but links to it (the messaging
+	// conventions' link across a batch), and the message keeps that
+	// context, so that its consumers stay in the writer's trace.
+	Relayed bool
 }
 
 // Publish starts the producer span of publishing p (kind PRODUCER,
@@ -121,13 +129,23 @@ type Publishing struct {
 // with the trace context set (Outgoing; a copy). A span that is the root of
 // its trace is started from a republished message's creation context, so
 // that it stays in the message's trace; a republish links to that context.
-// The caller ends the span with End once the broker confirmed or refused
-// the publish.
+// A relayed publish (Relayed) links to it and is never its child. The
+// caller ends the span with End once the broker confirmed or refused the
+// publish.
 func (t *Tracer) Publish(ctx context.Context, p Publishing, attrs ...attribute.KeyValue) (map[string]any, trace.Span) {
 	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindProducer)}
+	if p.Relayed {
+		p.Republish = true
+	}
 	if p.Republish {
 		in := Extract(p.Headers)
 		switch {
+		case p.Relayed:
+			for _, l := range []trace.SpanContext{in.Parent, in.Link} {
+				if l.IsValid() {
+					opts = append(opts, trace.WithLinks(trace.Link{SpanContext: l}))
+				}
+			}
 		case !trace.SpanContextFromContext(ctx).IsValid() && in.Parent.IsValid():
 			ctx = trace.ContextWithRemoteSpanContext(ctx, in.Parent)
 			if in.Link.IsValid() {
