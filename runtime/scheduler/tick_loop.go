@@ -230,7 +230,11 @@ func (s *Schedules) fire(ctx context.Context, sc *schedule, tick time.Time, log 
 		root := trace.ContextWithSpanContext(ctx, trace.SpanContext{})
 		cctx, span = t.Start(root, "schedule "+sc.Key(), trace.SpanKindProducer, nil,
 			tracing.AttrFlow.String(sc.Flow), tracing.AttrSchedule.String(sc.Name),
-			tracing.AttrScheduleTick.String(TickText(tick)), semconv.MessagingMessageID(m.MessageID))
+			tracing.AttrScheduleTick.String(TickText(tick)), semconv.MessagingMessageID(m.MessageID),
+			// The messaging conventions' "create" span: the message's
+			// creation context, published later (by the relay).
+			semconv.MessagingSystemRabbitMQ, semconv.MessagingOperationTypeCreate, semconv.MessagingOperationName("create"),
+			semconv.MessagingDestinationName(m.Exchange), semconv.MessagingRabbitMQDestinationRoutingKey(m.RoutingKey))
 		rec.TraceParent = tracing.TraceParent(cctx)
 		defer span.End()
 	}

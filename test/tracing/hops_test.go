@@ -505,7 +505,8 @@ func TestRelayAndScheduleTicksAreLinks(t *testing.T) {
 	for _, f := range fired {
 		traces[f.traceID] = true
 		check(fmt.Sprintf("the firing %s is a root producer span naming its schedule and tick", f), f.parentID == "" &&
-			f.kind == tracepb.Span_SPAN_KIND_PRODUCER && f.attrs["acemq.schedule"] == "tick" && f.attrs["acemq.schedule.tick"] != "")
+			f.kind == tracepb.Span_SPAN_KIND_PRODUCER && f.attrs["acemq.schedule"] == "tick" && f.attrs["acemq.schedule.tick"] != "" &&
+			f.attrs["messaging.operation.type"] == "create" && f.attrs["messaging.destination.name"] == "rs")
 		for _, d := range where(spans, func(s span) bool { return s.name == "process rs.a" && s.parentID == f.spanID }) {
 			check("a firing's delivery links to the relay's publish, which links to the firing", len(d.links) == 1 &&
 				byID[d.links[0]].name == "publish rs" && contains(byID[d.links[0]].links, f.spanID))
