@@ -197,3 +197,44 @@ func TestFromEnvRefusesOtherExporters(t *testing.T) {
 		t.Errorf("FromEnv with OTEL_TRACES_EXPORTER=none = %v, %v; want nil, nil", tp, err)
 	}
 }
+
+// The relay's publish of an outbox record: the row's context becomes the
+// message's creation context (unless its headers carry one of their own,
+// which wins, or it is not a traceparent), and the publish links to it,
+// the root of a trace of its own rather than its child.
+func TestRelayedPublishLinksToTheRowsContext(t *testing.T) {
+	row := "00-" + traceA + "-" + creation + "-01"
+	own := "00-" + traceA + "-" + step + "-01"
+	h := map[string]any{"x-acemq-attempt": int64(1)}
+	got := tracing.WithCreation(h, row)
+	if got["traceparent"] != row || len(h) != 1 {
+		t.Errorf("WithCreation(%v, row) = %v (headers now %v), want the row's traceparent in a copy", h, got, h)
+	}
+	if got := tracing.WithCreation(map[string]any{"traceparent": own}, row); got["traceparent"] != own {
+		t.Errorf("WithCreation over a traceparent of the headers' own = %v, want it kept", got)
+	}
+	if got := tracing.WithCreation(h, "not-a-traceparent"); got["traceparent"] != nil {
+		t.Errorf("WithCreation with an invalid column = %v, want nothing set", got)
+	}
+
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	out, span := tracing.New(tp).Publish(context.Background(), tracing.Publishing{Exchange: "shop", RoutingKey: "a", MessageID: "w-1",
+		Headers: tracing.WithCreation(h, row), Relayed: true})
+	span.End()
+	spans := rec.Ended()
+	if len(spans) != 1 {
+		t.Fatalf("%d spans ended, want 1", len(spans))
+	}
+	s := spans[0]
+	if s.Parent().IsValid() || s.SpanContext().TraceID().String() == traceA {
+		t.Errorf("relayed publish has parent %v in trace %s, want the root of a trace of its own", s.Parent(), s.SpanContext().TraceID())
+	}
+	if l := s.Links(); len(l) != 1 || l[0].SpanContext.SpanID().String() != creation {
+		t.Errorf("relayed publish links %v, want the row's context %s", l, creation)
+	}
+	in := tracing.Extract(out)
+	if in.Parent.SpanID().String() != creation || in.Link.SpanID() != s.SpanContext().SpanID() {
+		t.Errorf("relayed message's context = %+v, want parent %s (the writer's) and link %s (the relay's publish)", in, creation, s.SpanContext().SpanID())
+	}
+}
