@@ -193,7 +193,7 @@ func New(pl *plan.Plan, opts Options) (*Runtime, error) {
 		}
 		r.metrics.reg.MustRegister(NewSagaMetrics(opts.Sagas, SagaMetricsOptions{Sagas: names, Log: opts.Log}))
 	}
-	sch, err := newSchedules(r.plan, opts, r.metrics)
+	sch, err := newSchedules(r.plan, opts, r.metrics, r.encodeOwn)
 	if err != nil {
 		return nil, err
 	}

@@ -4,15 +4,17 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/acemq/acemq-flow/runtime/decide"
 	"github.com/acemq/acemq-flow/runtime/plan"
 	"github.com/acemq/acemq-flow/runtime/scheduler"
 	"github.com/acemq/acemq-flow/runtime/tracing"
 )
 
 // newSchedules builds the loop of the plan's schedules (nil without any),
-// registering its metrics with the runtime's. It refuses a plan with
-// schedules and no store for their ticks.
-func newSchedules(pl *plan.Plan, opts Options, m *metrics) (*scheduler.Schedules, error) {
+// registering its metrics with the runtime's, its firings' messages
+// encoded by encode. It refuses a plan with schedules and no store for
+// their ticks.
+func newSchedules(pl *plan.Plan, opts Options, m *metrics, encode func(context.Context, decide.Message) (decide.Message, error)) (*scheduler.Schedules, error) {
 	if len(pl.Schedules) == 0 {
 		return nil, nil
 	}
@@ -20,7 +22,7 @@ func newSchedules(pl *plan.Plan, opts Options, m *metrics) (*scheduler.Schedules
 		s := pl.Schedules[0]
 		return nil, fmt.Errorf("%s: schedule %q needs a store to claim its ticks in, and none is configured; run with --store (sqlite:PATH for one runtime, postgres://… for several)", s.At, s.Name)
 	}
-	return scheduler.NewSchedules(scheduler.SchedulesOptions{Plan: pl, Store: opts.Schedules, Metrics: m.reg, Log: opts.Log,
+	return scheduler.NewSchedules(scheduler.SchedulesOptions{Plan: pl, Store: opts.Schedules, Metrics: m.reg, Log: opts.Log, Encode: encode,
 		Tracer: tracing.New(opts.Tracing)})
 }
 

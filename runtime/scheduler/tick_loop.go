@@ -41,6 +41,12 @@ type SchedulesOptions struct {
 	// Log receives firings (debug), missed ticks (warn) and store failures;
 	// nil discards.
 	Log *slog.Logger
+	// Encode, when set, returns a firing's message as it goes on the wire:
+	// the runtime's codec, which encodes a JSON payload for an Avro input
+	// type as Avro (FLOW-FORMAT §6), as send does. While it fails (the
+	// schema registry not answering) the tick is neither fired nor lost:
+	// it is tried again, as a store failure is.
+	Encode func(ctx context.Context, m decide.Message) (decide.Message, error)
 	// Tracer makes each firing a span of its own, "schedule <key>" (kind
 	// producer, the root of a new trace: a tick is nobody's child), in
 	// whose context the tick's outbox record is written, so that the
@@ -222,6 +228,9 @@ func (s *Schedules) fire(ctx context.Context, sc *schedule, tick time.Time, log 
 		log.Error("schedule tick not fired: its message cannot be built", "tick", TickText(tick), "error", err)
 		return true
 	}
+	if m, err = s.encode(ctx, m, tick, log); err != nil {
+		return false
+	}
 	rec := OutboxRecord(m)
 	cctx := ctx // the claim's: the firing's span, when tracing
 	if t := s.opts.Tracer; t != nil {
@@ -270,6 +279,32 @@ func (s *Schedules) fire(ctx context.Context, sc *schedule, tick time.Time, log 
 // setOutcome records a firing's outcome on its span, when ctx has one.
 func setOutcome(ctx context.Context, outcome string) {
 	trace.SpanFromContext(ctx).SetAttributes(tracing.AttrOutcome.String(outcome))
+}
+
+// encode returns m as Encode has it go on the wire, trying again while
+// Encode fails; it fails only when ctx ended first.
+func (s *Schedules) encode(ctx context.Context, m decide.Message, tick time.Time, log *slog.Logger) (decide.Message, error) {
+	if s.opts.Encode == nil {
+		return m, nil
+	}
+	for attempt := 1; ; attempt++ {
+		out, err := s.opts.Encode(ctx, m)
+		if err == nil {
+			return out, nil
+		}
+		if ctx.Err() != nil {
+			return m, ctx.Err()
+		}
+		d := backoff(attempt)
+		lvl := slog.LevelWarn
+		if attempt == 10 {
+			lvl = slog.LevelError
+		}
+		log.Log(ctx, lvl, "schedule tick not encoded; trying again", "tick", TickText(tick), "error", err, "attempt", attempt, "duration", d)
+		if !sleepUntil(ctx, time.Now().Add(d)) {
+			return m, ctx.Err()
+		}
+	}
 }
 
 // backoff doubles from 100ms per failed attempt, up to 5s.
