@@ -2,14 +2,24 @@ package host
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/acemq/acemq-flow/plugins/proto"
 )
+
+// wireRequest is a call's wire messages, allocated together: one
+// allocation instead of four (request, envelope and its two times).
+type wireRequest struct {
+	req                   proto.HandleRequest
+	env                   proto.Envelope
+	firstSeen, receivedAt timestamppb.Timestamp
+}
 
 // requestToProto is the wire form of one call. timeout is how long the host
 // will wait; the plugin cancels the handler after it. Every call has a
@@ -17,39 +27,76 @@ import (
 // sent as at least 1 ms (callers do not send calls with no time left).
 func requestToProto(callID uint64, r Request, timeout time.Duration) *proto.HandleRequest {
 	ms := max(1, int64((timeout+time.Millisecond-1)/time.Millisecond)) // round up: never shorter than ours
-	return &proto.HandleRequest{
-		CallId:     callID,
-		Handler:    r.Handler,
-		Compensate: r.Compensate,
-		Envelope:   envelopeToProto(r.Envelope),
-		Payload:    r.Payload,
-		TimeoutMs:  ms,
-		StepOutput: r.StepOutput,
+	w := &wireRequest{}
+	w.req.CallId = callID
+	w.req.Handler = r.Handler
+	w.req.Compensate = r.Compensate
+	w.req.Envelope = &w.env
+	w.req.Payload = r.Payload
+	w.req.TimeoutMs = ms
+	w.req.StepOutput = r.StepOutput
+	w.envelope(r.Envelope)
+	return &w.req
+}
+
+// envelope fills w.env with the wire form of e. Its text comes from AMQP,
+// where a message id or a header may hold any bytes, and protobuf strings
+// must be UTF-8: bytes that are not are sent as U+FFFD, rather than failing
+// the batch the call travels in (and every call with it).
+func (w *wireRequest) envelope(e Envelope) {
+	m := &w.env
+	m.MessageId = text(e.MessageID)
+	m.Type = text(e.Type)
+	m.CorrelationId = text(e.CorrelationID)
+	m.CausationId = text(e.CausationID)
+	m.Origin = text(e.Origin)
+	m.Attempt = int32(e.Attempt)
+	m.Queue = text(e.Queue)
+	if !e.FirstSeen.IsZero() {
+		w.firstSeen.Seconds, w.firstSeen.Nanos = e.FirstSeen.Unix(), int32(e.FirstSeen.Nanosecond())
+		m.FirstSeen = &w.firstSeen
+	}
+	if !e.ReceivedAt.IsZero() {
+		w.receivedAt.Seconds, w.receivedAt.Nanos = e.ReceivedAt.Unix(), int32(e.ReceivedAt.Nanosecond())
+		m.ReceivedAt = &w.receivedAt
+	}
+	if len(e.Headers) > 0 {
+		// The headers go out already encoded, as the envelope's field 8
+		// (map entries are messages of key 1 and value 2), which the
+		// plugin decodes as its headers map: protobuf-go encodes a map
+		// field by reflection, allocating each key and value twice (once
+		// to size the message, once to write it).
+		m.ProtoReflect().SetUnknown(appendStringMap(nil, envelopeHeadersField, e.Headers))
 	}
 }
 
-// envelopeToProto is the wire form of an envelope. Its text comes from
-// AMQP, where a message id or a header may hold any bytes, and protobuf
-// strings must be UTF-8: bytes that are not are sent as U+FFFD, rather
-// than failing the batch the call travels in (and every call with it).
-func envelopeToProto(e Envelope) *proto.Envelope {
-	m := &proto.Envelope{
-		MessageId:     text(e.MessageID),
-		Type:          text(e.Type),
-		CorrelationId: text(e.CorrelationID),
-		CausationId:   text(e.CausationID),
-		Origin:        text(e.Origin),
-		Attempt:       int32(e.Attempt),
-		Headers:       textMap(e.Headers),
-		Queue:         text(e.Queue),
+// envelopeHeadersField is Envelope.headers' field number in plugin.proto.
+const envelopeHeadersField = 8
+
+// appendStringMap appends m encoded as the map<string, string> field num, its
+// keys and values made text (see text).
+func appendStringMap(b []byte, num protowire.Number, m map[string]string) []byte {
+	size := 0
+	for k, v := range m {
+		size += protowire.SizeTag(num) + protowire.SizeBytes(mapEntrySize(len(k), len(v)))
 	}
-	if !e.FirstSeen.IsZero() {
-		m.FirstSeen = timestamppb.New(e.FirstSeen)
+	b = slices.Grow(b, size)
+	for k, v := range m {
+		k, v = text(k), text(v)
+		b = protowire.AppendTag(b, num, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(mapEntrySize(len(k), len(v))))
+		b = protowire.AppendTag(b, 1, protowire.BytesType)
+		b = protowire.AppendString(b, k)
+		b = protowire.AppendTag(b, 2, protowire.BytesType)
+		b = protowire.AppendString(b, v)
 	}
-	if !e.ReceivedAt.IsZero() {
-		m.ReceivedAt = timestamppb.New(e.ReceivedAt)
-	}
-	return m
+	return b
+}
+
+// mapEntrySize is the encoded size of a map entry with a key of k bytes and
+// a value of v.
+func mapEntrySize(k, v int) int {
+	return protowire.SizeTag(1) + protowire.SizeBytes(k) + protowire.SizeTag(2) + protowire.SizeBytes(v)
 }
 
 // resultFromProto turns a plugin's answer into Call's result: an output, a
@@ -81,18 +128,4 @@ func text(s string) string {
 		return s
 	}
 	return strings.ToValidUTF8(s, "\uFFFD")
-}
-
-// textMap is m with its keys and values made text; m itself when they are.
-func textMap(m map[string]string) map[string]string {
-	for k, v := range m {
-		if !utf8.ValidString(k) || !utf8.ValidString(v) {
-			out := make(map[string]string, len(m))
-			for k, v := range m {
-				out[text(k)] = text(v)
-			}
-			return out
-		}
-	}
-	return m
 }

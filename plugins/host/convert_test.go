@@ -67,6 +67,11 @@ func TestRequestToProto(t *testing.T) {
 		}},
 		{name: "a queue name that is not UTF-8 is sent as text", req: Request{Envelope: Envelope{Queue: "q\xff"}},
 			want: &proto.HandleRequest{CallId: 7, TimeoutMs: 2, Envelope: &proto.Envelope{Queue: "q\uFFFD"}}},
+		{name: "headers that are not UTF-8 are sent as text, empty ones as they are", req: Request{Envelope: Envelope{
+			Headers: map[string]string{"k\xff": "v", "tenant": "a\xffb", "empty": "", "": "no name"},
+		}}, want: &proto.HandleRequest{CallId: 7, TimeoutMs: 2, Envelope: &proto.Envelope{
+			Headers: map[string]string{"k\uFFFD": "v", "tenant": "a\uFFFDb", "empty": "", "": "no name"},
+		}}},
 		{name: "a first-seen time in another zone", req: Request{Envelope: Envelope{FirstSeen: cet}},
 			want: &proto.HandleRequest{CallId: 7, TimeoutMs: 2, Envelope: &proto.Envelope{
 				FirstSeen: &timestamppb.Timestamp{Seconds: cet.Unix()},
