@@ -96,8 +96,8 @@ func TestACallTellsThePluginTheTimeItHasLeft(t *testing.T) {
 			return &sdk.Result{Payload: []byte(strconv.FormatInt(time.Until(d).Milliseconds(), 10))}, nil
 		}},
 	})
-	l, stop := p.limit(t.Context())
-	defer stop()
+	l, timer := p.limit(t.Context())
+	defer releaseTimer(timer)
 	// The call began 1.7 s of its 2 s ago (it waited for a restart).
 	l.deadline = time.Now().Add(300 * time.Millisecond)
 	inst, err := p.running(l)

@@ -218,8 +218,8 @@ func (p *Plugin) Handlers() []HandlerInfo {
 // Describe asks the running plugin for its handlers, waiting for a restart
 // if one is under way (within ctx and the per-call timeout).
 func (p *Plugin) Describe(ctx context.Context) ([]HandlerInfo, error) {
-	l, stop := p.limit(ctx)
-	defer stop()
+	l, t := p.limit(ctx)
+	defer releaseTimer(t)
 	inst, err := p.running(l)
 	if err != nil {
 		return nil, fmt.Errorf("plugin %q: describe: %w", p.cfg.Name, err)
@@ -242,8 +242,8 @@ func (p *Plugin) Describe(ctx context.Context) ([]HandlerInfo, error) {
 // whether it is fatal); every other error (ErrCrashed, ErrHung, ErrTimeout,
 // ErrUnavailable, ErrClosed, ErrProtocol, or the cause of ctx) is retryable.
 func (p *Plugin) Call(ctx context.Context, req Request) (Result, error) {
-	l, stop := p.limit(ctx)
-	defer stop()
+	l, t := p.limit(ctx)
+	defer releaseTimer(t)
 	inst, err := p.running(l)
 	if err != nil {
 		return Result{}, fmt.Errorf("plugin %q handler %q: %w", p.cfg.Name, req.Handler, err)
@@ -255,10 +255,28 @@ func (p *Plugin) Call(ctx context.Context, req Request) (Result, error) {
 	return resultFromProto(p.cfg.Name, req.Handler, resp)
 }
 
-// limit starts the clock of one call; stop releases its timer.
-func (p *Plugin) limit(ctx context.Context) (l limit, stop func() bool) {
-	t := time.NewTimer(p.cfg.Timeout)
-	return limit{ctx: ctx, expire: t.C, deadline: time.Now().Add(p.cfg.Timeout), err: p.timeoutErr, grace: p.grace}, t.Stop
+// limit starts the clock of one call on t, a timer that releaseTimer
+// gives back once the call has ended.
+func (p *Plugin) limit(ctx context.Context) (l limit, t *time.Timer) {
+	if t, _ = callTimers.Get().(*time.Timer); t != nil {
+		t.Reset(p.cfg.Timeout)
+	} else {
+		t = time.NewTimer(p.cfg.Timeout)
+	}
+	return limit{ctx: ctx, expire: t.C, deadline: time.Now().Add(p.cfg.Timeout), err: p.timeoutErr, grace: p.grace}, t
+}
+
+// callTimers keeps the timers of ended calls for the next ones, which
+// then allocate none (a timer and its channel, three allocations). A
+// stopped timer is as good as new: since Go 1.23 neither Stop nor Reset
+// leaves a stale time to be received.
+var callTimers sync.Pool
+
+// releaseTimer stops the timer of a call that has ended and keeps it for
+// another; nothing may read its channel after.
+func releaseTimer(t *time.Timer) {
+	t.Stop()
+	callTimers.Put(t)
 }
 
 // Restarts returns how many times the plugin was restarted after a crash.

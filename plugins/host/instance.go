@@ -277,7 +277,7 @@ func (i *instance) call(l limit, req Request) (*proto.HandleResponse, error) {
 		return nil, lerr
 	}
 	id := i.nextID.Add(1)
-	ch := make(chan *proto.HandleResponse, 1)
+	ch := answerChans.Get().(chan *proto.HandleResponse)
 	i.mu.Lock()
 	if i.failed {
 		i.mu.Unlock()
@@ -296,6 +296,9 @@ func (i *instance) call(l limit, req Request) (*proto.HandleResponse, error) {
 	var cause error
 	select {
 	case resp := <-ch:
+		// recvLoop took the call off pending before it sent: nothing
+		// more comes on ch, which is empty again.
+		answerChans.Put(ch)
 		return l.answered(resp)
 	case <-l.ctx.Done():
 		cause = context.Cause(l.ctx)
@@ -322,6 +325,12 @@ func (i *instance) call(l limit, req Request) (*proto.HandleResponse, error) {
 	}
 	return nil, cause
 }
+
+// answerChans keeps the answer channels of calls that were answered for
+// the next calls (each a buffer of one, for recvLoop to send on without
+// waiting). Only an answered call gives its channel back: one that ended
+// otherwise leaves it to the garbage collector.
+var answerChans = sync.Pool{New: func() any { return make(chan *proto.HandleResponse, 1) }}
 
 // answered is the outcome of a call that got resp. A failure answered once
 // the limit or the caller's deadline has passed is the handler stopped by
