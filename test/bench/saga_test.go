@@ -147,13 +147,42 @@ func sagaRun(b *testing.B, url, saga string, store stores.Set, n int) float64 {
 	return float64(2*n) / end.Sub(start).Seconds()
 }
 
+// splitSagas is the bench's store with its saga consumers' claims, reads,
+// advances and confirms each a round trip of its own (four waits on the
+// store a step), as they were before the claim read the instance and the
+// advance confirmed the claim: it hides stores.SagaClaims and keeps the
+// batch forms the saga consumers coalesce with.
+type splitSagas struct {
+	stores.Set
+	batch interface {
+		GetSagaBatch(ctx context.Context, ids []string) ([]stores.SagaInstance, error)
+		AdvanceSagaBatch(ctx context.Context, insts []stores.SagaInstance) ([]error, error)
+		CreateSagaBatch(ctx context.Context, insts []stores.SagaInstance) ([]stores.SagaInstance, []bool, error)
+	}
+}
+
+func (s splitSagas) GetSagaBatch(ctx context.Context, ids []string) ([]stores.SagaInstance, error) {
+	return s.batch.GetSagaBatch(ctx, ids)
+}
+
+func (s splitSagas) AdvanceSagaBatch(ctx context.Context, insts []stores.SagaInstance) ([]error, error) {
+	return s.batch.AdvanceSagaBatch(ctx, insts)
+}
+
+func (s splitSagas) CreateSagaBatch(ctx context.Context, insts []stores.SagaInstance) ([]stores.SagaInstance, []bool, error) {
+	return s.batch.CreateSagaBatch(ctx, insts)
+}
+
 // BenchmarkSaga prints saga-step: the steps per second of a two-step saga
-// on PostgreSQL (each step its claim, the instance's read and advance, its
-// confirm, and a publish), 1,000 instances a run (sagaInstances) of 1 KiB
-// inputs, each step's handlers 32 at once
+// on PostgreSQL (each step its claim with the instance's read, its advance
+// with the claim's confirm, and a publish), 1,000 instances a run
+// (sagaInstances) of 1 KiB inputs, each step's handlers 32 at once
 // (ACEMQ_BENCH_SAGA_CONCURRENCY), against hop-raw on fresh queues just
 // before it, moving ACEMQ_BENCH_MESSAGES: medians of five rounds after a
-// warm-up round. ACEMQ_BENCH_ONLY=saga runs it alone.
+// warm-up round. In each round it also runs saga-step-split, the same saga
+// with the four round trips apart (splitSagas), in turn first and second,
+// so that the two compare under the same conditions. ACEMQ_BENCH_ONLY=saga
+// runs it alone.
 func BenchmarkSaga(b *testing.B) {
 	if only := os.Getenv("ACEMQ_BENCH_ONLY"); only != "" && only != "saga" {
 		b.Skip("ACEMQ_BENCH_ONLY=" + only)
@@ -175,8 +204,16 @@ func BenchmarkSaga(b *testing.B) {
 	defer conn.Close()
 	ch, _ := conn.Channel()
 	instances := sagaInstances()
+	var split stores.Set
+	if b4, ok := st.(interface {
+		GetSagaBatch(ctx context.Context, ids []string) ([]stores.SagaInstance, error)
+		AdvanceSagaBatch(ctx context.Context, insts []stores.SagaInstance) ([]error, error)
+		CreateSagaBatch(ctx context.Context, insts []stores.SagaInstance) ([]stores.SagaInstance, []bool, error)
+	}); ok {
+		split = splitSagas{Set: st, batch: b4}
+	}
 	var raw []float64
-	f := &figure{}
+	f, fs := &figure{}, &figure{}
 	for r := range rounds + 1 {
 		warm := r == 0
 		src, dst := fmt.Sprintf("sagaraw%d.src", r), fmt.Sprintf("sagaraw%d.dst", r)
@@ -186,9 +223,22 @@ func BenchmarkSaga(b *testing.B) {
 		rv := rawHop(b, url, src, dst, messages, false)
 		drop(b, ch, src)
 		drop(b, ch, dst)
-		v := sagaRun(b, url, fmt.Sprintf("saga%d", r), st, instances)
+		// The split run goes second in even rounds and first in odd ones.
+		var v, vs float64
+		runSplit := func() {
+			if split != nil {
+				vs = sagaRun(b, url, fmt.Sprintf("sagasplit%d", r), split, instances)
+			}
+		}
+		if r%2 == 1 {
+			runSplit()
+		}
+		v = sagaRun(b, url, fmt.Sprintf("saga%d", r), st, instances)
+		if r%2 == 0 {
+			runSplit()
+		}
 		if verbose {
-			fmt.Printf("bench: round %d saga-step %.0f steps/s raw=%.0f ratio=%.2f warm-up=%v\n", r, v, rv, v/rv, warm)
+			fmt.Printf("bench: round %d saga-step %.0f steps/s raw=%.0f ratio=%.2f saga-step-split %.0f ratio=%.2f warm-up=%v\n", r, v, rv, v/rv, vs, vs/rv, warm)
 		}
 		if warm {
 			continue
@@ -196,6 +246,11 @@ func BenchmarkSaga(b *testing.B) {
 		raw = append(raw, rv)
 		f.values = append(f.values, v)
 		f.ratios = append(f.ratios, v/rv)
+		fs.values = append(fs.values, vs)
+		fs.ratios = append(fs.ratios, vs/rv)
 	}
 	fmt.Printf("bench: saga-step %.0f steps/s raw=%.0f ratio=%.2f spread=%.2f–%.2f\n", median(f.values), median(raw), median(f.ratios), slices.Min(f.ratios), slices.Max(f.ratios))
+	if split != nil {
+		fmt.Printf("bench: saga-step-split %.0f steps/s raw=%.0f ratio=%.2f spread=%.2f–%.2f\n", median(fs.values), median(raw), median(fs.ratios), slices.Min(fs.ratios), slices.Max(fs.ratios))
+	}
 }
