@@ -27,7 +27,11 @@ import (
 // In a group's chain it is the innermost step, inside the claim gate (saga
 // consumers are idempotent: a copy of a message that arrives while the
 // first is handled waits for it, then is a duplicate):
-// checkStep(destinationStep(delayStep(claimStep(sagaStep)))).
+// checkStep(destinationStep(delayStep(claimStep(sagaStep)))). When the
+// idempotency store keeps the instances too, the claim gate and the saga
+// wrapper of a step's or compensation's consumer are one step, which reads
+// the instance with the claim and confirms the claim with the write
+// (step_saga_claim.go).
 //
 // A saga with a timeout: before the handler of an instance's first step to
 // run is called (no step completed yet, on every delivery of that message,
