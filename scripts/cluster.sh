@@ -29,7 +29,10 @@ ctl() { # ctl NODE ARGS...: rabbitmqctl against one node of the cluster
 	rabbitmqctl -q -n "$node@localhost" "$@"
 }
 
-running() { ctl "$1" status >/dev/null 2>&1; }
+# running NODE: the node's Erlang VM answers, RabbitMQ started in it or
+# not (`status` fails after stop_app, and a second VM of the same name
+# would then be launched beside it).
+running() { ctl "$1" ping >/dev/null 2>&1; }
 
 # launch NODE: start the node's Erlang VM and RabbitMQ in it, detached;
 # await NODE waits until it runs.
@@ -147,7 +150,13 @@ cmd_stop() {
 
 cmd_status() {
 	for n in "${NODES[@]}"; do
-		if running "$n"; then echo "$n@localhost runs (AMQP 127.0.0.1:$(port 5680 "$n"))"; else echo "$n@localhost stopped"; fi
+		if ! running "$n"; then
+			echo "$n@localhost stopped"
+		elif [ "$(ctl "$n" eval 'rabbit:is_running().' 2>/dev/null)" = false ]; then
+			echo "$n@localhost: its VM runs with RabbitMQ stopped in it (stop_app); scripts/cluster.sh start starts it"
+		else
+			echo "$n@localhost runs (AMQP 127.0.0.1:$(port 5680 "$n"))"
+		fi
 	done
 	running "${NODES[0]}" && ctl "${NODES[0]}" cluster_status || true
 }

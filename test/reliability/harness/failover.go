@@ -126,7 +126,12 @@ func (g *FailoverGenerator) Publish(rate int, msgs ...Message) error {
 	returns:
 		for {
 			select {
-			case r := <-g.returns:
+			case r, ok := <-g.returns:
+				if !ok {
+					// Closed with the channel: a closed channel reads at
+					// once, forever.
+					break returns
+				}
 				g.Sent.mu.Lock()
 				g.Sent.outcome[r.MessageId] = Fail
 				g.Sent.mu.Unlock()
