@@ -87,10 +87,13 @@ type Request struct {
 // wraps decide.ErrFatal; any other is retryable.
 func Call(ctx context.Context, p Caller, req Request) (decide.Result, error) {
 	e := req.Envelope
-	h := make(map[string]string, len(e.Headers))
+	var h map[string]string // none, without an allocation, when only the runtime's are there
 	for k, v := range e.Headers {
 		if strings.HasPrefix(k, plan.HeaderPrefix) || k == plan.HeaderSlip {
 			continue
+		}
+		if h == nil {
+			h = make(map[string]string, len(e.Headers))
 		}
 		h[k] = decide.HeaderText(v)
 	}
