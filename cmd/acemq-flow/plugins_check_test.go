@@ -2,10 +2,11 @@ package main
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/acemq/acemq-flow/test/testenv"
 )
 
 func TestValidatePluginsNamesAMissingHandlerAtItsPosition(t *testing.T) {
@@ -13,11 +14,7 @@ func TestValidatePluginsNamesAMissingHandlerAtItsPosition(t *testing.T) {
 		t.Skip("-short: builds a plugin")
 	}
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "testkit")
-	build := exec.Command("go", "build", "-o", bin, "../../examples/plugins/testkit")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build testkit: %v\n%s", err, out)
-	}
+	testenv.GoBuild(t, dir, "./examples/plugins/testkit")
 	flow := filepath.Join(dir, "flow.yaml")
 	if err := os.WriteFile(flow, []byte(`version: acemq.flow/v1
 name: check
@@ -52,10 +49,7 @@ func TestValidatePluginsChecksDeclaredTypesAgree(t *testing.T) {
 		t.Skip("-short: builds a plugin")
 	}
 	dir := t.TempDir()
-	build := exec.Command("go", "build", "-o", filepath.Join(dir, "orders"), "../../examples/plugins/orders")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build orders: %v\n%s", err, out)
-	}
+	testenv.GoBuild(t, dir, "./examples/plugins/orders")
 	flow := filepath.Join(dir, "flow.yaml")
 	if err := os.WriteFile(flow, []byte(`version: acemq.flow/v1
 name: check

@@ -2,9 +2,10 @@ package flowtest
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/acemq/acemq-flow/test/testenv"
 )
 
 // TestRealPlugins runs a case with the testkit plugin's real process
@@ -16,11 +17,7 @@ func TestRealPlugins(t *testing.T) {
 		t.Skip("builds and starts the testkit plugin")
 	}
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "testkit")
-	build := exec.Command("go", "build", "-o", bin, "../../examples/plugins/testkit")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build testkit: %v\n%s", err, out)
-	}
+	testenv.GoBuild(t, dir, "./examples/plugins/testkit")
 	flow := `version: acemq.flow/v1
 name: real
 plugins:

@@ -34,6 +34,7 @@ import (
 
 	"github.com/acemq/acemq-flow/runtime/plan"
 	"github.com/acemq/acemq-flow/spec"
+	"github.com/acemq/acemq-flow/test/testenv"
 )
 
 const dir = "../../deploy/kubernetes"
@@ -595,12 +596,7 @@ func TestFlowsAndPlugins(t *testing.T) {
 // pod with a usage error.
 func TestRunTakesTheArgs(t *testing.T) {
 	m := load(t)
-	bin := filepath.Join(t.TempDir(), "acemq-flow")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/acemq-flow")
-	build.Dir = "../.."
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/acemq-flow: %v\n%s", err, out)
-	}
+	bin := testenv.GoBuild(t, "", "./cmd/acemq-flow")
 	var containers []corev1.Container
 	for _, d := range m.deployments {
 		containers = append(containers, d.Spec.Template.Spec.Containers...)

@@ -121,17 +121,6 @@ func firstMessage(t *testing.T, pl *plan.Plan, target decide.Target, payload str
 	return msg
 }
 
-// buildCLI builds acemq-flow into the test's temporary folder.
-func buildCLI(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "acemq-flow")
-	out, err := exec.Command("go", "build", "-o", bin, "../../cmd/acemq-flow").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build ../../cmd/acemq-flow: %v\n%s", err, out)
-	}
-	return bin
-}
-
 const laterFlow = `version: acemq.flow/v1
 name: later
 plugins:
@@ -152,7 +141,7 @@ pipelines:
 func TestSendStartsTheTraceAndDelaysAreLinks(t *testing.T) {
 	url := testenv.VHost(t)
 	tp, rc := traced(t)
-	cli := buildCLI(t)
+	cli := testenv.GoBuild(t, "", "./cmd/acemq-flow")
 	runtimetest.Start(t, url, laterFlow, runtime.Options{Tracing: tp, Delays: true,
 		Handlers: map[string]runtime.HandlerFunc{"k.echo": runtimetest.Echo}})
 	flows := filepath.Join(t.TempDir(), "later.yaml")

@@ -12,8 +12,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os/exec"
-	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -139,17 +137,6 @@ func named(spans []span, name string) []span {
 	return out
 }
 
-// buildPlugin builds testdata/tracekit into the test's temporary folder.
-func buildPlugin(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "tracekit")
-	out, err := exec.Command("go", "build", "-o", bin, "./testdata/tracekit").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build ./testdata/tracekit: %v\n%s", err, out)
-	}
-	return bin
-}
-
 const flow = `version: acemq.flow/v1
 name: traced
 defaults:
@@ -173,7 +160,7 @@ pipelines:
 // under the call.
 func TestPipelineWithRetryIsOneConnectedTrace(t *testing.T) {
 	url := testenv.VHost(t)
-	plugin := buildPlugin(t)
+	plugin := testenv.GoBuild(t, "", "./test/tracing/testdata/tracekit")
 
 	rc := &receiver{got: make(chan struct{}, 1)}
 	srv := httptest.NewServer(rc)
