@@ -30,8 +30,7 @@ import (
 // checkStep(destinationStep(delayStep(claimStep(sagaStep)))). When the
 // idempotency store keeps the instances too, the claim gate and the saga
 // wrapper of a step's or compensation's consumer are one step, which reads
-// the instance with the claim and confirms the claim with the write
-// (step_saga_claim.go).
+// the instance with the claim (step_saga_claim.go).
 //
 // A saga with a timeout: before the handler of an instance's first step to
 // run is called (no step completed yet, on every delivery of that message,
@@ -70,13 +69,11 @@ type sagaCall struct {
 	// outage reports a failure of the store and says whether it was the
 	// store's outage (outages.failed); nil: none is.
 	outage func(store string, err error) bool
-	// claims and confirms, when the claim gate's store keeps the instances
-	// too (stores.SagaClaims; step_saga_claim.go), claim a delivery and
-	// read its instance in one round trip, and write the instance and
-	// confirm the claim in one commit. nil: the gate claims and confirms
-	// on its own, and the instance is read and written apart.
-	claims   *coalescer[stores.SagaClaimRequest, stores.SagaClaim]
-	confirms *coalescer[stores.SagaAdvance, stores.SagaAdvanced]
+	// claims, when the claim gate's store keeps the instances too
+	// (stores.SagaClaims; step_saga_claim.go), claims a delivery and reads
+	// its instance in one round trip. nil: the gate claims on its own, and
+	// the instance is read apart.
+	claims *coalescer[stores.SagaClaimRequest, stores.SagaClaim]
 }
 
 // sagaStaleTries bounds how often one delivery reads the instance again
@@ -170,7 +167,7 @@ func (sc *sagaCall) run(ctx context.Context, d *delivery, pre *stores.SagaClaim)
 		}
 		next := sagaToStore(t.Instance)
 		next.Version = rec.Version
-		if err := sc.advance(ctx, d, next, t.Decision()); err != nil {
+		if _, err := sc.store.AdvanceSaga(ctx, next); err != nil {
 			if errors.Is(err, stores.ErrStaleSaga) {
 				ran, succeeded = true, callErr == nil
 				continue // another delivery moved the instance: decide anew

@@ -44,9 +44,8 @@
 //  7. The saga wrapper around a saga step's call uses the Sagas methods:
 //     CreateSaga for the message that starts an instance, GetSaga and
 //     AdvanceSaga (presenting the version read) for every other; with
-//     the claims in the same store, SagaClaims instead, which claims a
-//     delivery and reads its instance in one round trip and confirms the
-//     claim in the instance's write;
+//     the claims in the same store, SagaClaims' ClaimSagaBatch claims a
+//     delivery and reads its instance in one round trip;
 //     `acemq-flow sagas` uses GetSaga, ListSagas and CountSagas, and the
 //     saga metrics CountSagas.
 //  8. The schema registry (Schemas): RegisterSchema and the lookups, for

@@ -212,9 +212,10 @@ func TestChaosS13LeaseExpiryRace(t *testing.T) {
 // ambiguousStore is the store with Temporal's ambiguous commits: a claim
 // batch, a confirm batch or a saga advance is committed, and then, on p of the calls
 // (seeded), answered as if the connection had dropped before the answer
-// came back. The saga consumers' claims that read their instances and
-// their advances that confirm their claims (stores.SagaClaims) are lost
-// the same way, counted as claims and as advances.
+// came back. The saga consumers' claims that read their instances
+// (stores.SagaClaims) are lost the same way, counted as claims, and so is
+// an advance that confirms its claim (which the runtime does not make),
+// counted as an advance.
 type ambiguousStore struct {
 	*postgres.Store
 	mu       sync.Mutex
