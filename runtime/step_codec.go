@@ -69,6 +69,9 @@ func (g *group) codecStep(next stepFunc) stepFunc {
 				m.Headers = withoutHeader(m.Headers, codec.HeaderSchemaID)
 			}
 			d.in = decide.InboundOf(m)
+			// Decoded by the input type itself, the JSON fits it: the
+			// payload checks need not parse it again.
+			d.in.Typed = reader != nil
 			decoded = body
 		}
 		// restore gives the delivery republished (the same message id) the

@@ -55,6 +55,18 @@ type Codec struct {
 	writers  map[int]writer             // id → the writer's schema
 	ids      map[typeKey]int            // a type's subject and schema → its id
 	resolved map[resolveKey]avro.Schema // writer id and reader schema → resolved
+
+	// Reused across messages: an Avro writer that frames and encodes an
+	// output in one buffer, and a JSON encoder with its buffer for what a
+	// handler reads; each message's result is one copy of exactly its size.
+	avroWriters sync.Pool // *avro.Writer
+	jsonWriters sync.Pool // *jsonWriter
+}
+
+// jsonWriter is a JSON encoder that writes to its own buffer.
+type jsonWriter struct {
+	buf bytes.Buffer
+	enc *json.Encoder
 }
 
 type typeKey struct{ subject, canonical string }
@@ -76,7 +88,7 @@ func New(reg Registry, opts Options) *Codec {
 	if opts.MaxBytes <= 0 {
 		opts.MaxBytes = DefaultMaxBytes
 	}
-	return &Codec{
+	c := &Codec{
 		reg:      reg,
 		opts:     opts,
 		api:      avro.Config{MaxByteSliceSize: opts.MaxBytes, MaxSliceAllocSize: opts.MaxBytes}.Freeze(),
@@ -84,7 +96,19 @@ func New(reg Registry, opts Options) *Codec {
 		ids:      map[typeKey]int{},
 		resolved: map[resolveKey]avro.Schema{},
 	}
+	c.avroWriters.New = func() any { return avro.NewWriter(nil, 1024, avro.WithWriterConfig(c.api)) }
+	c.jsonWriters.New = func() any {
+		w := &jsonWriter{}
+		w.enc = json.NewEncoder(&w.buf)
+		w.enc.SetEscapeHTML(false)
+		return w
+	}
+	return c
 }
+
+// maxPooled is the largest buffer put back in a pool: one that held a
+// claim-checked payload of megabytes is left to the collector, not kept.
+const maxPooled = 1 << 20
 
 // Missing is an Avro type whose schema a read-only registry does not have
 // under its subject.
@@ -335,13 +359,17 @@ func (c *Codec) Decode(ctx context.Context, reader *spec.Type, body []byte) ([]b
 	if err != nil {
 		return nil, id, &DecodeError{ID: id, Type: typeName, Err: err}
 	}
-	var out bytes.Buffer
-	enc := json.NewEncoder(&out)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
+	jw := c.jsonWriters.Get().(*jsonWriter)
+	defer func() {
+		if jw.buf.Cap() <= maxPooled {
+			c.jsonWriters.Put(jw)
+		}
+	}()
+	jw.buf.Reset()
+	if err := jw.enc.Encode(v); err != nil {
 		return nil, id, &DecodeError{ID: id, Type: typeName, Err: err}
 	}
-	return bytes.TrimSuffix(out.Bytes(), []byte("\n")), id, nil
+	return bytes.Clone(bytes.TrimSuffix(jw.buf.Bytes(), []byte("\n"))), id, nil
 }
 
 // Encode writes a handler's JSON output as the Confluent-framed Avro
@@ -367,12 +395,24 @@ func (c *Codec) Encode(ctx context.Context, t *spec.Type, jsonBody []byte) ([]by
 	if err != nil {
 		return nil, 0, err
 	}
-	bin, err := c.api.Marshal(t.Avro.Schema, native)
-	if err != nil {
+	// The frame and the binary in one buffer, copied out once (Marshal
+	// would copy the binary out, and the frame copy it again).
+	w := c.avroWriters.Get().(*avro.Writer)
+	defer func() {
+		w.Reset(nil)
+		w.Error = nil
+		if cap(w.Buffer()) <= maxPooled {
+			c.avroWriters.Put(w)
+		}
+	}()
+	w.Reset(nil)
+	var frame [FrameSize]byte
+	_, _ = w.Write(AppendFrame(frame[:0], id, nil))
+	w.WriteVal(t.Avro.Schema, native)
+	if err := w.Error; err != nil {
 		return nil, id, &EncodeError{Type: t.Name, Subject: t.Subject, Err: errors.New(strings.TrimPrefix(err.Error(), "avro: "))}
 	}
-	out := make([]byte, 0, FrameSize+len(bin))
-	return AppendFrame(out, id, bin), id, nil
+	return bytes.Clone(w.Buffer()), id, nil
 }
 
 // unmarshal reads Avro binary by schema s into hamba/avro's generic
