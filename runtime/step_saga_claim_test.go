@@ -7,6 +7,7 @@ import (
 
 	"github.com/acemq/acemq-flow/runtime/decide"
 	"github.com/acemq/acemq-flow/stores"
+	"github.com/acemq/acemq-flow/stores/memory"
 )
 
 // claimingBus is the saga bus with each consumer behind its claim gate, on
@@ -146,5 +147,36 @@ func TestSagaClaimStaleWriteKeepsTheClaim(t *testing.T) {
 	}
 	if st := b.claimState("place-order.reserve-stock", m.MessageID); st != stores.Claimed {
 		t.Fatalf("reserve-stock's claim after the stale write = %v, want released (claimed afresh here)", st)
+	}
+}
+
+// TestSagaClaimNeedsOneStore: the claim reads the instance only when the
+// idempotency store is the saga store and can; claims in one database and
+// instances in another are claimed and read apart.
+func TestSagaClaimNeedsOneStore(t *testing.T) {
+	a, err := memory.Open(stores.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := memory.Open(stores.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close(); b.Close() })
+	hidden := struct{ stores.Set }{a} // a store without stores.SagaClaims
+	cases := []struct {
+		name string
+		opts Options
+		want bool
+	}{
+		{"one store that can", Options{Store: a, Sagas: a}, true},
+		{"two stores", Options{Store: a, Sagas: b}, false},
+		{"a store that cannot", Options{Store: hidden, Sagas: hidden}, false},
+		{"no saga store", Options{Store: a}, false},
+	}
+	for _, tc := range cases {
+		if _, got := sagaClaimsOf(tc.opts); got != tc.want {
+			t.Errorf("sagaClaimsOf(%s) = %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }
