@@ -66,7 +66,7 @@ bench: services build
 # restart and kill its nodes, never the shared broker's.
 chaos: services build cluster
 	$(GO) test -count=1 -tags chaos -run '^TestChaos' -timeout 60m -v ./test/e2e
-	$(GO) test -count=1 -tags chaos -run '^TestChaosS' -timeout 60m -v ./test/reliability
+	$(GO) test -count=1 -tags chaos -run '^TestChaosS' -timeout 90m -v ./test/reliability
 
 chaos-short: services build cluster
 	$(GO) test -count=1 -tags chaos -run '^TestChaos' -timeout 15m -v ./test/e2e -soak 45s
