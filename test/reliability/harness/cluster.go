@@ -1,8 +1,11 @@
 package harness
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -45,22 +48,31 @@ func (n Node) Up() bool {
 // Ctl runs rabbitmqctl against the node and fails the test on an error.
 func (n Node) Ctl(t testing.TB, args ...string) string {
 	t.Helper()
-	out, err := rabbitmqctl(append([]string{"-n", n.Name}, args...)...)
+	return n.ctlWithin(t, time.Minute, args...)
+}
+
+// ctlWithin is Ctl allowing d: starting and stopping RabbitMQ in a node
+// takes well over a minute on two cores busy with other tests.
+func (n Node) ctlWithin(t testing.TB, d time.Duration, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "rabbitmqctl", append([]string{"-n", n.Name}, args...)...).CombinedOutput()
 	if err != nil {
-		t.Fatalf("rabbitmqctl -n %s %s: %v", n.Name, strings.Join(args, " "), err)
+		t.Fatalf("rabbitmqctl -n %s %s: %v (after %s)\n%s", n.Name, strings.Join(args, " "), err, d, out)
 	}
-	return out
+	return string(out)
 }
 
 // StopApp stops RabbitMQ on the node (the Erlang VM keeps running): its
 // clients' connections are closed and its port refuses.
-func (n Node) StopApp(t testing.TB) { t.Helper(); n.Ctl(t, "stop_app") }
+func (n Node) StopApp(t testing.TB) { t.Helper(); n.ctlWithin(t, 3*time.Minute, "stop_app") }
 
 // StartApp starts RabbitMQ on the node again and waits until it runs.
 func (n Node) StartApp(t testing.TB) {
 	t.Helper()
-	n.Ctl(t, "start_app")
-	n.Ctl(t, "await_startup", "--timeout", "120")
+	n.ctlWithin(t, 3*time.Minute, "start_app")
+	n.ctlWithin(t, 3*time.Minute, "await_startup", "--timeout", "170")
 }
 
 // Kill kills the node's Erlang VM with SIGKILL and waits until it is gone:
@@ -149,39 +161,66 @@ func NodeAt(addr string) (Node, bool) {
 }
 
 // Leader returns the node leading quorum queue in vhost, asking the node
-// at: rabbitmqctl list_queues leader.
+// at's management API (each rabbitmqctl call starts an Erlang VM: seconds
+// on a busy machine).
 func Leader(t testing.TB, at Node, vhost, queue string) (Node, bool) {
 	t.Helper()
-	out, err := rabbitmqctl("-n", at.Name, "list_queues", "-p", vhost, "-q", "--no-table-headers", "name", "leader")
+	q, err := at.queue(vhost, queue)
 	if err != nil {
+		t.Logf("the leader of %s: %v", queue, err)
 		return Node{}, false
 	}
-	for _, l := range strings.Split(out, "\n") {
-		f := strings.Fields(l)
-		if len(f) == 2 && f[0] == queue {
-			for _, n := range ClusterNodes {
-				if n.Name == f[1] {
-					return n, true
-				}
-			}
+	for _, n := range ClusterNodes {
+		if n.Name == q.Leader {
+			return n, true
 		}
 	}
 	return Node{}, false
 }
 
-// Members returns the quorum queue's members as the node at lists them.
+// Members returns the quorum queue's members as the node at lists them,
+// separated by spaces.
 func Members(t testing.TB, at Node, vhost, queue string) string {
 	t.Helper()
-	out := at.Ctl(t, "list_queues", "-p", vhost, "-q", "--no-table-headers", "name", "members")
-	for _, l := range strings.Split(out, "\n") {
-		if name, rest, ok := strings.Cut(strings.TrimSpace(l), "\t"); ok && name == queue {
-			return strings.TrimSpace(rest)
-		}
-		if f := strings.Fields(l); len(f) > 1 && f[0] == queue {
-			return strings.Join(f[1:], " ")
-		}
+	q, err := at.queue(vhost, queue)
+	if err != nil {
+		t.Fatalf("the members of %s: %v", queue, err)
 	}
-	return ""
+	return strings.Join(q.Members, " ")
+}
+
+// Management is the node's management API, http://127.0.0.1:1568N.
+func (n Node) Management() string {
+	_, port, _ := net.SplitHostPort(n.AMQP)
+	p, _ := strconv.Atoi(port)
+	return fmt.Sprintf("http://127.0.0.1:%d", p+10000)
+}
+
+type apiQueue struct {
+	Leader  string   `json:"leader"`
+	Members []string `json:"members"`
+}
+
+// queue reads one queue's leader and members from the node's management
+// API, as guest (scripts/cluster.sh lets guest in from loopback).
+func (n Node) queue(vhost, queue string) (apiQueue, error) {
+	req, err := http.NewRequest(http.MethodGet, n.Management()+"/api/queues/"+url.PathEscape(vhost)+"/"+url.PathEscape(queue), nil)
+	if err != nil {
+		return apiQueue{}, err
+	}
+	req.SetBasicAuth("guest", "guest")
+	c := http.Client{Timeout: 30 * time.Second}
+	resp, err := c.Do(req)
+	if err != nil {
+		return apiQueue{}, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return apiQueue{}, fmt.Errorf("GET %s: %s", req.URL, resp.Status)
+	}
+	var q apiQueue
+	err = json.NewDecoder(resp.Body).Decode(&q)
+	return q, err
 }
 
 // Running returns the first node of nodes that answers, for rabbitmqctl.
