@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -63,8 +65,13 @@ func waitRestarted(t *testing.T, p *Plugin, oldPid int, within time.Duration) {
 	})
 }
 
+// A hung plugin is killed first, not asked to stop: it could not answer
+// go-plugin's graceful shutdown, whose wait (killGrace, then go-plugin's
+// own) would keep its calls waiting for the replacement.
 func TestHungPluginIsRestarted(t *testing.T) {
-	p := startTestkit(t, Config{Timeout: 500 * time.Millisecond})
+	var logs testenv.Buffer
+	p := startTestkit(t, Config{Timeout: 500 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.MultiWriter(&logs, tWriter{t}), nil))})
 	oldPid := p.Pid()
 	stopProcess(t, oldPid)
 
@@ -74,6 +81,12 @@ func TestHungPluginIsRestarted(t *testing.T) {
 	}
 	waitRestarted(t, p, oldPid, 20*time.Second)
 	waitGone(t, oldPid, 10*time.Second)
+	if !strings.Contains(logs.String(), "plugin answers nothing; killing its process group") {
+		t.Errorf("the host's log does not say it killed the hung plugin:\n%s", logs.String())
+	}
+	if strings.Contains(logs.String(), "plugin did not stop in time") {
+		t.Errorf("the hung plugin was first asked to stop and waited for:\n%s", logs.String())
+	}
 }
 
 func TestSlowHandlerWhileOthersAnswerIsNotRestarted(t *testing.T) {

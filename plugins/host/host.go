@@ -479,10 +479,10 @@ func (p *Plugin) spawnProcess(ctx context.Context) (*instance, error) {
 		}
 	})
 	began := time.Now()
-	release := func() error { return p.releaseProcess(client, r.Load()) }
+	release := func(hung bool) error { return p.releaseProcess(client, r.Load(), hung) }
 	fail := func(err error) (*instance, error) {
 		stopWatch()
-		_ = release()
+		_ = release(false)
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("plugin %q: start %s: %w", cfg.Name, cfg.Command, context.Cause(ctx))
 		}
@@ -540,14 +540,21 @@ func (p *Plugin) startError(run *procRunner, began time.Time, err error) error {
 
 // releaseProcess stops a plugin process: go-plugin's graceful shutdown
 // first, then SIGKILL to the whole process group after killGrace (go-plugin
-// can hang on a plugin that does not answer), and waits for the exit.
-func (p *Plugin) releaseProcess(client *plugin.Client, run *procRunner) error {
+// can hang on a plugin that does not answer), and waits for the exit. A
+// hung plugin, which cannot answer a graceful shutdown either, gets the
+// SIGKILL first: it is replaced at once instead of after killGrace and
+// go-plugin's own wait.
+func (p *Plugin) releaseProcess(client *plugin.Client, run *procRunner, hung bool) error {
 	if run != nil {
 		run.closeFiles()
 		if run.socketDir != "" {
 			// go-plugin leaves it behind when the process could not be run.
 			defer os.RemoveAll(run.socketDir)
 		}
+	}
+	if hung && run != nil && run.Pid() != 0 {
+		p.log.Warn("plugin answers nothing; killing its process group", "pid", run.Pid())
+		_ = run.Kill(context.Background())
 	}
 	killed := make(chan struct{})
 	go func() {

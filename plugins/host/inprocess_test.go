@@ -41,7 +41,7 @@ func startInProcessServer(t *testing.T, srv proto.PluginServer) *Plugin {
 		if err != nil {
 			return nil, err
 		}
-		return openInstance(ctx, "inproc", raw.(*grpc.ClientConn), nil, 0, nil, nil, client.Close)
+		return openInstance(ctx, "inproc", raw.(*grpc.ClientConn), nil, 0, nil, nil, func(bool) error { return client.Close() })
 	}
 	if err := p.start(t.Context()); err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -40,8 +41,9 @@ type instance struct {
 	pid      int // 0 in process
 
 	// release stops what the instance runs on (kills and waits for the
-	// process, or closes an in-process connection); called once by stop.
-	release func() error
+	// process, or closes an in-process connection); called once by stop,
+	// hung when the instance failed for answering nothing (ErrHung).
+	release func(hung bool) error
 
 	nextID atomic.Uint64
 	// answered is when the last ResultBatch arrived, as time since
@@ -126,7 +128,7 @@ func openCallSocket(calls *os.File) *proto.Frames {
 // process exits; exitStatus then says how. On error, the caller still owns
 // release.
 func openInstance(ctx context.Context, name string, conn grpc.ClientConnInterface, calls *os.File, pid int,
-	exited <-chan struct{}, exitStatus func() string, release func() error) (*instance, error) {
+	exited <-chan struct{}, exitStatus func() string, release func(hung bool) error) (*instance, error) {
 	health, err := grpc_health_v1.NewHealthClient(conn).Check(ctx, &grpc_health_v1.HealthCheckRequest{Service: "plugin"})
 	if err != nil {
 		closeFile(calls)
@@ -222,7 +224,7 @@ func (i *instance) stop(reason error) error {
 		i.fail(reason)
 		i.loops.Wait()
 		if i.release != nil {
-			i.stopErr = i.release()
+			i.stopErr = i.release(errors.Is(reason, ErrHung))
 		}
 	})
 	return i.stopErr
