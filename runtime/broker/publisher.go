@@ -34,6 +34,15 @@ type PublisherOptions struct {
 	// CloseTimeout bounds how long Close waits for outstanding confirms.
 	// Default 5s.
 	CloseTimeout time.Duration
+	// ConfirmTimeout is how long the oldest publish may wait for its
+	// confirm while the connection is not blocked; past it the channel is
+	// closed and reopened, and every publish awaiting a confirm on it fails
+	// as indeterminate (its sender publishes it again). RabbitMQ before 4.2
+	// can leave a quorum queue's publishes unconfirmed for good after a
+	// node's disconnection (rabbitmq-server#14589), which would otherwise
+	// hold the window's slots, and the handlers waiting on them, forever.
+	// Default 30s.
+	ConfirmTimeout time.Duration
 	// Log receives lifecycle events; nil discards them.
 	Log *slog.Logger
 }
@@ -45,6 +54,7 @@ type PublisherStats struct {
 	Unroutable    int64
 	Nacked        int64
 	Indeterminate int64 // failed because the channel or connection closed first
+	Stalls        int64 // channels closed for a confirm past ConfirmTimeout
 	Channels      int64 // channels opened (1 + reopenings)
 	InFlight      int   // awaiting a confirm now
 }
@@ -74,7 +84,7 @@ type Publisher struct {
 	done    chan struct{}
 	once    sync.Once
 
-	published, confirmed, unroutable, nacked, indeterminate, channels atomic.Int64
+	published, confirmed, unroutable, nacked, indeterminate, channels, stalls atomic.Int64
 }
 
 type pubGen struct {
@@ -91,6 +101,9 @@ func OpenPublisher(ctx context.Context, conn *Conn, opts PublisherOptions) (*Pub
 	}
 	if opts.CloseTimeout <= 0 {
 		opts.CloseTimeout = 5 * time.Second
+	}
+	if opts.ConfirmTimeout <= 0 {
+		opts.ConfirmTimeout = 30 * time.Second
 	}
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
@@ -298,6 +311,7 @@ func (p *Publisher) Stats() PublisherStats {
 		Unroutable:    p.unroutable.Load(),
 		Nacked:        p.nacked.Load(),
 		Indeterminate: p.indeterminate.Load(),
+		Stalls:        p.stalls.Load(),
 		Channels:      p.channels.Load(),
 		InFlight:      len(p.slots),
 	}
@@ -422,8 +436,24 @@ func (p *Publisher) run(g *pubGen) {
 	close(p.ready)
 	p.mu.Unlock()
 
+	stall := confirmWatch{timeout: p.opts.ConfirmTimeout}
+	tick := time.NewTicker(stall.every())
+	defer tick.Stop()
 	for confirms != nil {
 		select {
+		case now := <-tick.C:
+			p.mu.Lock()
+			oldest, waiting := p.ring.oldest()
+			p.mu.Unlock()
+			if stalled, lasted := stall.check(oldest, waiting, p.conn.Blocked(), now); stalled {
+				p.stalls.Add(1)
+				p.log.Warn("no confirm from the broker; closing the publishing channel to publish its messages again on another",
+					"exchange", oldest.exchange, "routing_key", oldest.key, "message_id", oldest.msgID,
+					"waited", lasted.Round(time.Millisecond), "confirm_timeout", p.opts.ConfirmTimeout)
+				// The close's answer need not be awaited: the library
+				// closes confirms at once, which ends this loop.
+				go func() { _ = g.ch.Close() }()
+			}
 		case r, ok := <-returns:
 			if !ok {
 				returns = nil
@@ -661,6 +691,38 @@ func (r *ring) markReturned(ret *amqp.Return) int {
 		}
 	}
 	return n
+}
+
+// oldest returns the entry that has waited longest for its confirm.
+func (r *ring) oldest() (entry, bool) {
+	if r.n == 0 {
+		return entry{}, false
+	}
+	return r.buf[r.head], true
+}
+
+// confirmWatch tells a publishing channel whose oldest publish has waited
+// longer than timeout for its confirm: checked every tick, it remembers the
+// oldest delivery tag and since when it has seen it the oldest (a blocked
+// connection, whose publishes the broker does not read, restarts the wait).
+type confirmWatch struct {
+	timeout time.Duration
+	tag     uint64
+	since   time.Time
+}
+
+func (w *confirmWatch) every() time.Duration { return max(w.timeout/4, 10*time.Millisecond) }
+
+func (w *confirmWatch) check(oldest entry, waiting, blocked bool, now time.Time) (stalled bool, lasted time.Duration) {
+	if !waiting || blocked || oldest.tag != w.tag {
+		w.tag, w.since = oldest.tag, now
+		if !waiting || blocked {
+			w.tag = 0
+		}
+		return false, 0
+	}
+	lasted = now.Sub(w.since)
+	return lasted >= w.timeout, lasted
 }
 
 func (r *ring) takeAll() []entry {
