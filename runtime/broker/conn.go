@@ -490,7 +490,8 @@ func (c *Conn) supervise(ac *amqp.Connection) {
 // gives up at once when every endpoint refuses it.
 func (c *Conn) dialRetry(ctx context.Context, attempt, from int) (*amqp.Connection, error) {
 	var last error
-	var refused []error
+	refused := make([]error, len(c.eps)) // by URL, for a first connection
+	nrefused := 0
 	for n := attempt; ; n++ {
 		i := (from + n - attempt) % len(c.eps)
 		ep := c.eps[i]
@@ -500,13 +501,19 @@ func (c *Conn) dialRetry(ctx context.Context, attempt, from int) (*amqp.Connecti
 			return ac, nil
 		}
 		last = err
-		if attempt == 0 && n < len(c.eps) {
+		if attempt == 0 {
 			if r := c.refusal(ep, err); r != nil {
-				// Waiting fixes neither a wrong password nor a missing
-				// vhost: a first connection that every URL refuses fails
-				// at once. A connection lost later keeps trying
-				// (credentials can be put right while it waits).
-				if refused = append(refused, r); len(refused) == len(c.eps) {
+				// Waiting fixes neither a wrong password, a missing vhost
+				// nor a certificate: a first connection that every URL
+				// has refused fails then, not at its deadline (a URL's
+				// first try may fail otherwise, a TLS alert lost to a
+				// reset on a busy machine). A connection lost later
+				// keeps trying (credentials can be put right while it
+				// waits).
+				if refused[i] == nil {
+					nrefused++
+				}
+				if refused[i] = r; nrefused == len(c.eps) {
 					return nil, errors.Join(refused...)
 				}
 			}

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strings"
 	"sync"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -84,6 +85,7 @@ func tlsRefusal(err error) string {
 		invalid   x509.CertificateInvalidError
 		remote    *net.OpError
 		record    tls.RecordHeaderError
+		frame     *amqp.Error
 	)
 	switch {
 	case errors.As(err, &unknownCA):
@@ -97,6 +99,11 @@ func tlsRefusal(err error) string {
 		// unexported: certificate_required and bad_certificate are the
 		// usual ones, a client certificate missing or not trusted.
 		return fmt.Sprintf("the broker ended the TLS handshake (%v); if it asks for a client certificate, give one signed by a CA it trusts as certfile=PATH&keyfile=PATH in the amqps URL, or else check the TLS versions its ssl_options allow", remote)
+	case errors.As(err, &frame) && strings.HasPrefix(frame.Reason, "remote error: tls: "):
+		// With TLS 1.3 the broker's alert can come after the client's
+		// side of the handshake has ended, on amqp091-go's first read,
+		// which reports it as a frame error holding only its text.
+		return fmt.Sprintf("the broker ended the TLS handshake (%s); if it asks for a client certificate, give one signed by a CA it trusts as certfile=PATH&keyfile=PATH in the amqps URL, or else check the TLS versions its ssl_options allow", frame.Reason)
 	case errors.As(err, &record):
 		return fmt.Sprintf("the broker does not speak TLS on that port (%v); use amqp:// there, or the broker's TLS port (5671 by default)", record)
 	}
