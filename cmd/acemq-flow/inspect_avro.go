@@ -20,10 +20,10 @@ type avroDecoder struct {
 	down  error
 }
 
-// newAvroDecoder returns the decoder of inspect's --registry, or, without
-// it, of the registry the runtime at --admin serves, as send looks types
-// up.
-func newAvroDecoder(registryURL, adminAddr, token string) (*avroDecoder, error) {
+// cliRegistry is the schema registry send and inspect look Avro types up
+// in: --registry, or, without it, the one the runtime at --admin serves
+// (with token); where names it for messages.
+func cliRegistry(registryURL, adminAddr, token string) (reg *restRegistry, where string, err error) {
 	raw, where := registryURL, "--registry "+stores.Redact(registryURL)
 	if raw == "" {
 		raw, where = adminAddr, "the runtime's admin listener at "+adminAddr
@@ -31,7 +31,15 @@ func newAvroDecoder(registryURL, adminAddr, token string) (*avroDecoder, error) 
 			raw = "http://" + raw
 		}
 	}
-	reg, err := newRESTRegistry(raw, token)
+	reg, err = newRESTRegistry(raw, token)
+	return reg, where, err
+}
+
+// newAvroDecoder returns the decoder of inspect's --registry, or, without
+// it, of the registry the runtime at --admin serves, as send looks types
+// up.
+func newAvroDecoder(registryURL, adminAddr, token string) (*avroDecoder, error) {
+	reg, where, err := cliRegistry(registryURL, adminAddr, token)
 	if err != nil {
 		return nil, usage("%v", err)
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
-	"strings"
 
 	"github.com/acemq/acemq-flow/runtime"
 	"github.com/acemq/acemq-flow/runtime/codec"
@@ -26,14 +25,7 @@ func sendAvro(ctx context.Context, registryURL, adminAddr, token string, typ *sp
 	if typ == nil {
 		return msg, nil
 	}
-	raw, where := registryURL, "--registry "+stores.Redact(registryURL)
-	if raw == "" {
-		raw, where = adminAddr, "the runtime's admin listener at "+adminAddr
-		if !strings.Contains(raw, "://") {
-			raw = "http://" + raw
-		}
-	}
-	reg, err := newRESTRegistry(raw, token)
+	reg, where, err := cliRegistry(registryURL, adminAddr, token)
 	if err != nil {
 		return msg, usage("%v", err)
 	}
