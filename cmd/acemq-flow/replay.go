@@ -38,7 +38,11 @@ back: a classic queue (.dlq and .parked are classic) keeps them in their
 places, while a quorum queue may change their order and counts the look as
 one delivery of each message.
 
-Environment: ACEMQ_AMQP_URL (--amqp).`,
+Environment: ACEMQ_AMQP_URL (--amqp).
+
+Traces: with the standard OTEL_* environment set (OTEL_TRACES_EXPORTER=otlp,
+or OTEL_EXPORTER_OTLP_ENDPOINT), each message moved is a producer span in the
+trace the message carries, exported over OTLP.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return usage("name one queue to replay from: acemq-flow replay QUEUE.dlq")
@@ -53,8 +57,8 @@ Environment: ACEMQ_AMQP_URL (--amqp).`,
 				return usage("--max-replays must be 1 or more, not %d", opts.MaxReplays)
 			}
 			opts.From = args[0]
-			// With the OTEL_* environment set, each message moved is a span
-			// in its own trace (README, Tracing).
+			// With the OTEL_* environment set, each message moved is a
+			// producer span in the message's trace (README, Tracing).
 			tp, stopTracing, err := startTracing(cmd.Context(), slog.New(slog.NewTextHandler(s.err, &slog.HandlerOptions{Level: slog.LevelWarn})))
 			if err != nil {
 				return failed("%v", err)

@@ -63,7 +63,10 @@ for redelivery.
 
 Environment: ACEMQ_AMQP_URL (--amqp), ACEMQ_ADMIN_ADDR (--admin),
 ACEMQ_ADMIN_TOKEN (--admin-token), ACEMQ_STORE_URL (--store),
-ACEMQ_BLOBS_URL (--blobs), ACEMQ_MANAGEMENT_URL (--management).`,
+ACEMQ_BLOBS_URL (--blobs), ACEMQ_MANAGEMENT_URL (--management).
+
+Traces: exported over OTLP when the standard OTEL_* environment asks
+(OTEL_TRACES_EXPORTER=otlp, or OTEL_EXPORTER_OTLP_ENDPOINT set); off otherwise.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			log, err := newLogger(io, logLevel, logFormat)

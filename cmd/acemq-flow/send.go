@@ -68,7 +68,11 @@ message carries its reference.
 
 Environment: ACEMQ_AMQP_URL (--amqp), ACEMQ_ADMIN_ADDR (--admin),
 ACEMQ_ADMIN_TOKEN (--admin-token), ACEMQ_BLOBS_URL (--blobs),
-ACEMQ_SCHEMA_REGISTRY_URL (--registry).`,
+ACEMQ_SCHEMA_REGISTRY_URL (--registry).
+
+Traces: with the standard OTEL_* environment set (OTEL_TRACES_EXPORTER=otlp,
+or OTEL_EXPORTER_OTLP_ENDPOINT), the publish is the root span of the message's
+trace, exported over OTLP, and its context travels in the traceparent header.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			delay, err := parseWhen(in, at)
 			if err != nil {
