@@ -65,6 +65,7 @@ type Codec struct {
 
 // jsonWriter is a JSON encoder that writes to its own buffer.
 type jsonWriter struct {
+	out []byte // appendJSON's
 	buf bytes.Buffer
 	enc *json.Encoder
 }
@@ -361,11 +362,19 @@ func (c *Codec) Decode(ctx context.Context, reader *spec.Type, body []byte) ([]b
 	}
 	jw := c.jsonWriters.Get().(*jsonWriter)
 	defer func() {
-		if jw.buf.Cap() <= maxPooled {
+		if jw.buf.Cap() <= maxPooled && cap(jw.out) <= maxPooled {
 			c.jsonWriters.Put(jw)
 		}
 	}()
 	jw.buf.Reset()
+	// Most trees are written without reflection; one with a string that
+	// needs an escape (or a value appendJSON does not write) goes through
+	// encoding/json, which writes the same bytes.
+	out, ok := appendJSON(jw.out[:0], v)
+	jw.out = out
+	if ok {
+		return bytes.Clone(out), id, nil
+	}
 	if err := jw.enc.Encode(v); err != nil {
 		return nil, id, &DecodeError{ID: id, Type: typeName, Err: err}
 	}
