@@ -77,6 +77,11 @@ type typeKey struct{ subject, canonical string }
 type writer struct {
 	schema    avro.Schema
 	canonical string
+	fast      *fastDecoder // nil: the schema is read the general way only
+}
+
+func newWriter(s avro.Schema, canonical string) writer {
+	return writer{s, canonical, compileFast(s, map[string]bool{})}
 }
 
 type resolveKey struct {
@@ -201,7 +206,7 @@ func (c *Codec) typeID(ctx context.Context, t *spec.Type) (int, error) {
 	// The id names this very schema for ever: a message the runtime wrote
 	// decodes without asking the registry.
 	if _, ok := c.writers[v.ID]; !ok {
-		c.writers[v.ID] = writer{t.Avro.Schema, t.Avro.Canonical}
+		c.writers[v.ID] = newWriter(t.Avro.Schema, t.Avro.Canonical)
 	}
 	c.mu.Unlock()
 	return v.ID, nil
@@ -294,7 +299,7 @@ func (c *Codec) writer(ctx context.Context, id int) (writer, error) {
 	if err != nil {
 		return writer{}, &DecodeError{ID: id, Err: fmt.Errorf("the registry's schema does not parse: %w", err)}
 	}
-	w = writer{s, s.String()}
+	w = newWriter(s, s.String())
 	c.mu.Lock()
 	c.writers[id] = w
 	c.mu.Unlock()
@@ -346,6 +351,23 @@ func (c *Codec) Decode(ctx context.Context, reader *spec.Type, body []byte) ([]b
 	rs, err := c.readSchema(id, w, reader)
 	if err != nil {
 		return nil, id, err
+	}
+	if w.fast != nil && rs == w.schema {
+		// Read by the writer's own schema: straight to JSON, when the
+		// body reads so (else the general way, which gives the error).
+		jw := c.jsonWriters.Get().(*jsonWriter)
+		out, ok := w.fast.decode(jw.out[:0], payload, c.opts.MaxBytes)
+		jw.out = out
+		var res []byte
+		if ok {
+			res = bytes.Clone(out)
+		}
+		if cap(jw.out) <= maxPooled {
+			c.jsonWriters.Put(jw)
+		}
+		if ok {
+			return res, id, nil
+		}
 	}
 	typeName := ""
 	shape := w.schema
