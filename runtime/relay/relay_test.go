@@ -887,7 +887,8 @@ func jsonNumber(s string) any { return json.Number(s) }
 // part of it). It prints the medians of five rounds after a warm-up round
 // that is not counted, the ratio being the median of the rounds' ratios
 // (each relay run against the raw run just before it), with their spread;
-// ACEMQ_BENCH_VERBOSE=1 prints every round:
+// ACEMQ_BENCH_VERBOSE=1 prints every round, and ACEMQ_BENCH_RELAY_BATCH sets
+// the relay's Batch (Options' default otherwise):
 //
 //	bench: publish-raw <n> msgs/s
 //	bench: relay <n> msgs/s raw=<n> ratio=<x.xx> spread=<min>–<max>
@@ -904,6 +905,10 @@ func BenchmarkRelay(b *testing.B) {
 	n := 20000
 	if v, err := strconv.Atoi(os.Getenv("ACEMQ_BENCH_MESSAGES")); err == nil && v > 0 {
 		n = v
+	}
+	batch := 0 // Options' default
+	if v, err := strconv.Atoi(os.Getenv("ACEMQ_BENCH_RELAY_BATCH")); err == nil && v > 0 {
+		batch = v
 	}
 	ctx := context.Background()
 	conn, err := broker.Open(ctx, url, broker.ConnOptions{Name: ns + "-relay"})
@@ -962,7 +967,7 @@ func BenchmarkRelay(b *testing.B) {
 			ws = watch(store)
 			rs = ws
 		}
-		r, err := New(rs, pub, Options{})
+		r, err := New(rs, pub, Options{Batch: batch})
 		if err != nil {
 			b.Fatal(err)
 		}
