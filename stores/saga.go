@@ -208,49 +208,20 @@ type SagaClaimRequest struct {
 // SagaClaim answers one SagaClaimRequest: the claim, as TryClaim answers
 // it, and, for a Claimed or AlreadyConfirmed answer, the instance the store
 // holds (Found false: none), read as of the claim's answer: an
-// AlreadyConfirmed answer's instance has every write that was committed
-// with the confirm (AdvanceSagaConfirmBatch). For an InProgress answer the
-// instance may be left unread.
+// AlreadyConfirmed answer's instance has every write committed before the
+// confirm (a saga consumer advances the instance before it confirms). For
+// an InProgress answer the instance may be left unread.
 type SagaClaim struct {
 	Claim
 	Instance SagaInstance
 	Found    bool
 }
 
-// SagaAdvance is one write of AdvanceSagaConfirmBatch: Instance advanced
-// from the version it presents, as AdvanceSaga advances it, and, in the same
-// commit, the claim Confirm confirmed, as Confirm confirms it (a zero
-// Confirm.Token: no claim to confirm).
-type SagaAdvance struct {
-	Instance SagaInstance
-	Confirm  Held
-}
-
-// SagaAdvanced answers one SagaAdvance. Refused is what AdvanceSaga would
-// have refused (a *StaleSagaError, or why the instance is not valid):
-// nothing was written and the claim is not confirmed. Otherwise the
-// instance was written, and Unconfirmed is nil when the claim was confirmed
-// in the same commit (or none was given), or the *StaleClaimError Confirm
-// would have returned (the lease was taken over): the write stands, as an
-// AdvanceSaga followed by a refused Confirm would leave it.
-type SagaAdvanced struct {
-	Refused     error
-	Unconfirmed error
-}
-
 // SagaClaims is what a backend that keeps its idempotency claims and its
 // saga instances in one database offers the saga consumers, so that a step
 // waits on the store fewer times: the claim of a delivery and the read of
-// its instance in one round trip (the runtime's saga consumers use it), and
-// the instance's advance and the claim's confirm in one commit (which the
-// runtime does not use: measured on two cores shared with the broker, the
-// confirm's write on the handler's path cost more than the commit it saved;
-// README, Speed). Every backend implements it. A caller of
-// AdvanceSagaConfirmBatch must read a confirmed claim as "the instance has
-// what this message's handling wrote", not as "its output was published":
-// the confirm is committed before the decision's messages are, so a
-// redelivery of an AlreadyConfirmed message has to ask the instance what to
-// send again (decide.SagaAccept). Safe for concurrent use.
+// its instance in one round trip. Every backend implements it. Safe for
+// concurrent use.
 type SagaClaims interface {
 	// ClaimSagaBatch claims each request's key as TryClaimBatch does (one
 	// claimant of a key wins; a key's later requests in the batch are
@@ -258,12 +229,4 @@ type SagaClaims interface {
 	// each names, in one round trip. An error means no answer for any
 	// request, and no claim taken.
 	ClaimSagaBatch(ctx context.Context, reqs []SagaClaimRequest) ([]SagaClaim, error)
-
-	// AdvanceSagaConfirmBatch writes each advance, with its confirm, as
-	// AdvanceSaga and Confirm would, each instance's write and
-	// its claim's confirm committed together or not at all: out[i]
-	// answers advs[i]. Two advances of one instance in a batch go in turn,
-	// the second seeing the first's version. err is a failure of the
-	// store: nothing is known to be written.
-	AdvanceSagaConfirmBatch(ctx context.Context, advs []SagaAdvance) ([]SagaAdvanced, error)
 }

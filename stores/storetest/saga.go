@@ -36,10 +36,9 @@ func RunSagas(t *testing.T, open Opener, f Features) {
 		{"an instance with no saga, no id or an unknown state is refused", sagaInvalid},
 		{"an instance is still there after the store is reopened", sagaDurable},
 		{"a saga claim reads the instance with the claim: claimed with the instance as stored, or none for an id never created", sagaClaimReads},
-		{"an advance confirms its claim in the same commit: the next claim is already confirmed and reads the advanced instance", sagaAdvanceConfirms},
-		{"a stale advance neither writes nor confirms: its claim stays held, still in progress to others", sagaAdvanceConfirmStale},
-		{"an advance whose claim was taken over is written and its confirm refused as stale, the taker's claim untouched", sagaAdvanceConfirmTakenOver},
-		{"in one batch a key's later claims are never claimed, two advances of one instance go in turn, an advance without a claim confirms none", sagaClaimBatch},
+		{"a saga claim after the advance and the confirm is already confirmed and reads the advanced instance", sagaClaimAfterConfirm},
+		{"a saga claim is held within its lease and taken over after it, with a larger token, the instance and the first token's confirm refused", sagaClaimTakenOver},
+		{"in one batch a key's later claims are never claimed and get the first's instance", sagaClaimBatch},
 		{"racing saga claims of one message on two handles: exactly one is claimed, and each claimed or confirmed answer reads the instance", sagaClaimRace},
 	}
 	for _, tc := range cases {

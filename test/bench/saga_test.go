@@ -149,9 +149,9 @@ func sagaRun(b *testing.B, url, saga string, store stores.Set, n int) float64 {
 
 // splitSagas is the bench's store with its saga consumers' claims, reads,
 // advances and confirms each a round trip of its own (four waits on the
-// store a step), as they were before the claim read the instance and the
-// advance confirmed the claim: it hides stores.SagaClaims and keeps the
-// batch forms the saga consumers coalesce with.
+// store a step), as they were before the claim read the instance: it
+// hides stores.SagaClaims and keeps the batch forms the saga consumers
+// coalesce with.
 type splitSagas struct {
 	stores.Set
 	batch interface {
@@ -174,8 +174,8 @@ func (s splitSagas) CreateSagaBatch(ctx context.Context, insts []stores.SagaInst
 }
 
 // BenchmarkSaga prints saga-step: the steps per second of a two-step saga
-// on PostgreSQL (each step its claim with the instance's read, its advance
-// with the claim's confirm, and a publish), 1,000 instances a run
+// on PostgreSQL (each step its claim with the instance's read, its advance,
+// a publish and the claim's confirm), 1,000 instances a run
 // (sagaInstances) of 1 KiB inputs, each step's handlers 32 at once
 // (ACEMQ_BENCH_SAGA_CONCURRENCY), against hop-raw on fresh queues just
 // before it, moving ACEMQ_BENCH_MESSAGES: medians of five rounds after a

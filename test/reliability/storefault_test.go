@@ -270,15 +270,6 @@ func (a *ambiguousStore) ClaimSagaBatch(ctx context.Context, reqs []stores.SagaC
 	return out, err
 }
 
-func (a *ambiguousStore) AdvanceSagaConfirmBatch(ctx context.Context, advs []stores.SagaAdvance) ([]stores.SagaAdvanced, error) {
-	out, err := a.Store.AdvanceSagaConfirmBatch(ctx, advs)
-	if err == nil && a.lose() {
-		a.advances.Add(1)
-		return nil, errLostAnswer
-	}
-	return out, err
-}
-
 func (a *ambiguousStore) ConfirmBatch(ctx context.Context, held []stores.Held) ([]error, error) {
 	refused, err := a.Store.ConfirmBatch(ctx, held)
 	if err == nil && a.lose() {
