@@ -59,6 +59,12 @@ type group struct {
 
 	counts   map[string]*atomic.Int64
 	inflight atomic.Int64
+	// Progress, for Stalls (stall.go): when in-flight last went from none
+	// to some (busy) and when a delivery was last finished (done), in
+	// nanoseconds since epoch; stallAfter is how long it may hold
+	// deliveries and finish none before it is stalled.
+	busy, done atomic.Int64
+	stallAfter time.Duration
 	// The group's metric series, looked up once rather than per message.
 	mInflight prometheus.Gauge
 	mDuration prometheus.Observer
@@ -108,6 +114,7 @@ func (r *Runtime) newGroup(c *plan.Consumer) *group {
 	g.mDuration = r.metrics.duration.WithLabelValues(c.ID)
 	g.mDead = r.metrics.deadLettered.WithLabelValues(c.Queue)
 	g.mMessages = map[string]prometheus.Counter{}
+	g.stallAfter = r.stallAfter(c)
 	g.show()
 	for _, o := range outcomes {
 		g.counts[o] = &atomic.Int64{}
@@ -355,9 +362,15 @@ func (g *group) handle(ctx context.Context, bd *broker.Delivery) {
 		_ = bd.Nack(true)
 		return
 	}
+	now := time.Now()
+	if g.inflight.Load() == 0 {
+		// Stored before the count: a stall check that sees the delivery
+		// counted sees when the group began to hold it (stall.go).
+		g.busy.Store(sinceEpoch(now))
+	}
 	g.inflight.Add(1)
 	g.mInflight.Inc()
-	d := &delivery{in: decide.InboundOf(wire.Message(&bd.Delivery)), received: time.Now()}
+	d := &delivery{in: decide.InboundOf(wire.Message(&bd.Delivery)), received: now}
 	dec := g.step(ctx, d)
 	g.carryOut(tracedContext(ctx, d), bd, d.in, dec, d.ticket)
 }
@@ -541,7 +554,10 @@ func (g *group) publishAll(ctx context.Context, ps []decide.Publish, failed func
 	}
 }
 
+// finish counts a delivery settled (acknowledged or handed back), whatever
+// its outcome: the group made progress (stall.go).
 func (g *group) finish() {
+	g.done.Store(sinceEpoch(time.Now()))
 	g.inflight.Add(-1)
 	g.mInflight.Dec()
 }
@@ -646,6 +662,9 @@ func (g *group) snapshot(ctx context.Context) ConsumerStatus {
 	v := g.view.Load()
 	st := ConsumerStatus{ID: g.c.ID, Kind: string(g.c.Kind), State: v.state, Queue: g.c.Queue, Size: v.size,
 		Prefetch: v.prefetch, Handler: g.c.Handler, InFlight: g.inflight.Load(), Counters: map[string]int64{}}
+	if s, ok := g.stalled(time.Now()); ok {
+		st.Stalled = &s
+	}
 	for o, n := range g.counts {
 		st.Counters[o] = n.Load()
 	}
@@ -671,4 +690,7 @@ type ConsumerStatus struct {
 	Handler  string           `json:"handler"`
 	InFlight int64            `json:"in_flight"`
 	Counters map[string]int64 `json:"counters"`
+	// Stalled is set while the group holds deliveries and has finished
+	// none for longer than its stall duration (Runtime.Stalls).
+	Stalled *Stall `json:"stalled,omitempty"`
 }

@@ -97,6 +97,12 @@ type Options struct {
 	// start, naming every one.
 	Registry         codec.Registry
 	RegistryReadOnly bool
+	// StallAfter is how long a consumer group may hold deliveries and
+	// finish none before it is stalled and the runtime not ready (Stalls).
+	// 0, the default, gives each group its handler's call timeout + the
+	// 30 s confirm deadline + 30 s (90 s with the plugins' default
+	// timeout); tests set it shorter.
+	StallAfter time.Duration
 }
 
 // Runtime runs a Plan: it connects, declares the topology, starts the
@@ -218,9 +224,12 @@ func Supported(pl *plan.Plan) error {
 // proven alive since the process last ran (broker.Health): after a freeze
 // longer than the heartbeat the runtime is not ready until the broker has
 // been heard from again, or the connections were redialled. Nor is it
-// ready while one of its stores is unavailable (StoreOutages).
+// ready while one of its stores is unavailable (StoreOutages), nor while a
+// consumer group holds deliveries and has finished none for longer than
+// its stall duration (Stalls): connections up do not prove that messages
+// move.
 func (r *Runtime) Ready() bool {
-	if !r.ready.Load() || len(r.StoreOutages()) > 0 {
+	if !r.ready.Load() || len(r.StoreOutages()) > 0 || len(r.Stalls()) > 0 {
 		return false
 	}
 	hs := r.Connections()
@@ -279,10 +288,10 @@ func (r *Runtime) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	if r.pub, err = broker.OpenPublisher(ctx, r.publish, broker.PublisherOptions{Log: r.log}); err != nil {
+	if r.pub, err = broker.OpenPublisher(ctx, r.publish, broker.PublisherOptions{Log: r.log, ConfirmTimeout: confirmDeadline}); err != nil {
 		return fmt.Errorf("open the publisher: %w", err)
 	}
-	if r.foreign, err = broker.OpenPublisher(ctx, r.publish, broker.PublisherOptions{Log: r.log}); err != nil {
+	if r.foreign, err = broker.OpenPublisher(ctx, r.publish, broker.PublisherOptions{Log: r.log, ConfirmTimeout: confirmDeadline}); err != nil {
 		return fmt.Errorf("open the publisher: %w", err)
 	}
 	r.exchanges = broker.NewExchangeCache(r.topo.ExchangeExists, trustExchangeFound, trustExchangeMissing)
@@ -691,6 +700,19 @@ func (r *Runtime) startPlugins(ctx context.Context, consumers []*plan.Consumer) 
 		}
 	}
 	return nil
+}
+
+// stallAfter is consumer c's stall duration: Options.StallAfter, else
+// stallAfter of its plugin's call timeout (stall.go).
+func (r *Runtime) stallAfter(c *plan.Consumer) time.Duration {
+	if r.opts.StallAfter > 0 {
+		return r.opts.StallAfter
+	}
+	var call time.Duration
+	if _, inProcess := r.opts.Handlers[c.Handler]; !inProcess && c.Handler != "" {
+		call = time.Duration(r.pluginOf(c).Timeout)
+	}
+	return stallAfter(call)
 }
 
 func (r *Runtime) pluginOf(c *plan.Consumer) plan.Plugin {

@@ -57,14 +57,24 @@ type StoreOutages interface {
 	StoreOutages() []runtime.StoreOutage
 }
 
+// Stalls is what a Runtime serves when it also says which of its consumer
+// groups are stalled, holding deliveries and finishing none
+// (*runtime.Runtime does): /readyz then names them, and /v1/status lists
+// them.
+type Stalls interface {
+	Stalls() []runtime.Stall
+}
+
 // Status is what GET /v1/status answers: readiness, each broker
 // connection's health, "blocked" with since when while a resource alarm
-// holds it, and the runtime's stores that are unavailable.
+// holds it, the runtime's stores that are unavailable, and its stalled
+// consumer groups.
 type Status struct {
 	Ready       bool                  `json:"ready"`
-	Why         []string              `json:"why,omitempty"` // why not ready, one sentence a connection or store
+	Why         []string              `json:"why,omitempty"` // why not ready, one sentence a connection, store or stalled consumer
 	Connections []broker.Health       `json:"connections"`
 	Stores      []runtime.StoreOutage `json:"stores_unavailable,omitempty"`
+	Stalled     []runtime.Stall       `json:"stalled,omitempty"`
 }
 
 // status builds the Status of r.
@@ -82,6 +92,12 @@ func status(r Runtime) Status {
 		st.Stores = so.StoreOutages()
 		for _, o := range st.Stores {
 			st.Why = append(st.Why, o.Why())
+		}
+	}
+	if ss, ok := r.(Stalls); ok {
+		st.Stalled = ss.Stalls()
+		for _, s := range st.Stalled {
+			st.Why = append(st.Why, s.Why())
 		}
 	}
 	return st

@@ -214,7 +214,10 @@
       let rate = prev ? prev.rate : null;
       if (prev && at > prev.at) rate = ((settled - prev.settled) * 1000) / (at - prev.at);
       if (!prev || at > prev.at) previous.set(c.id, { at: at, settled: settled, rate: rate });
-      const values = { state: c.state, depth: c.depth, size: c.size, in_flight: c.in_flight, rate: rate === null ? "–" : rate.toFixed(1) };
+      // A stalled group holds deliveries and has finished none for longer
+      // than its stall duration: shown as its state, with how many and since.
+      const state = c.stalled ? `stalled: ${c.stalled.held} held, none finished since ${c.stalled.since}` : c.state;
+      const values = { state: state, depth: c.depth, size: c.size, in_flight: c.in_flight, rate: rate === null ? "–" : rate.toFixed(1) };
       for (const o of OUTCOMES) values[o] = counters[o] || 0;
       const tr = drawn.tables.get(c.id);
       if (tr) {
@@ -224,15 +227,17 @@
           td.textContent = val === undefined || val === null ? "–" : String(val);
           td.classList.toggle("hot", (f === "dead_lettered" || f === "rejected") && val > 0);
           td.classList.toggle("warm", f === "depth" && val > 0);
+          if (f === "state") td.classList.toggle("hot", !!c.stalled);
         }
       }
       const st = drawn.stats.get(c.id);
       if (st) {
-        st.lines[0].textContent = `depth ${c.depth === undefined ? "?" : c.depth} · ${c.size} consumer${c.size === 1 ? "" : "s"} · ${c.state}`;
+        st.lines[0].textContent = `depth ${c.depth === undefined ? "?" : c.depth} · ${c.size} consumer${c.size === 1 ? "" : "s"} · ${c.stalled ? "stalled" : c.state}`;
         st.lines[1].textContent = `${values.rate}/s · ${c.in_flight} in flight`;
         st.lines[2].textContent = `✓ ${values.acknowledged}  ↻ ${values.retried}  ✗ ${values.dead_lettered}`;
         let cls = "node";
-        if (values.dead_lettered > 0) cls += " dead";
+        if (c.stalled) cls += " stalled";
+        else if (values.dead_lettered > 0) cls += " dead";
         else if (c.depth > 0) cls += " waiting";
         if (c.state !== "running") cls += " stopped";
         st.rect.setAttribute("class", cls);

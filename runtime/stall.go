@@ -1,0 +1,103 @@
+package runtime
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/acemq/acemq-flow/plugins/host"
+)
+
+// A consumer group is stalled when it holds deliveries (handed to it and
+// not yet acknowledged, nacked, retried or dead-lettered) and has finished
+// none of them for longer than its stall duration. Each of a delivery's
+// waits is bounded: the handler's call by the plugin's call timeout, each
+// publish of what it produced by the publisher's confirm deadline (a
+// publish not confirmed in time closes its channel and fails as
+// indeterminate), so a group whose deliveries all wait longer than both
+// together, and a margin for the stores' round trips, is wedged rather
+// than slow (S5's consumer once held 200 deliveries for minutes while its
+// connections were up). A group that holds nothing is never stalled,
+// however long it is idle, nor is one paused for a store's outage: its
+// deliveries wait before they are counted as held, and the outage is
+// reported as itself.
+
+// confirmDeadline is how long the oldest publish on a channel waits for
+// the broker's confirm before the channel is closed and its publishes fail
+// as indeterminate (broker.PublisherOptions.ConfirmTimeout).
+const confirmDeadline = 30 * time.Second
+
+// stallMargin is what the stall duration allows beyond the call timeout and
+// the confirm deadline: the stores' round trips and a reply's publish.
+const stallMargin = 30 * time.Second
+
+// stallAfter is the stall duration of a group whose handler's calls are
+// bounded by call: call + confirmDeadline + stallMargin (90 s with a
+// plugin's default timeout of 30 s). An in-process handler has no call
+// timeout; it is given the plugins' default.
+func stallAfter(call time.Duration) time.Duration {
+	if call <= 0 {
+		call = host.DefaultTimeout
+	}
+	return call + confirmDeadline + stallMargin
+}
+
+// epoch is the origin of the groups' progress times: a group stores them as
+// nanoseconds since epoch, read on the monotonic clock, so that a step of
+// the wall clock neither makes nor hides a stall.
+var epoch = time.Now()
+
+// sinceEpoch is t as a group's progress time.
+func sinceEpoch(t time.Time) int64 { return int64(t.Sub(epoch)) }
+
+// Stall is a consumer group that holds deliveries and has finished none for
+// longer than its stall duration (After): since Since, the later of when it
+// last finished one and when it last began to hold any.
+type Stall struct {
+	Consumer string        `json:"consumer"`
+	Queue    string        `json:"queue"`
+	Held     int64         `json:"held"` // deliveries held, none finished since Since
+	Since    time.Time     `json:"since"`
+	After    time.Duration `json:"after_ns"` // the stall duration it passed
+}
+
+// Why is the stall as /readyz says it.
+func (s Stall) Why() string {
+	return fmt.Sprintf("consumer %q on queue %q is stalled: it holds %d deliveries and has finished none for %s (since %s, stall after %s); see its handler and the broker",
+		s.Consumer, s.Queue, s.Held, time.Since(s.Since).Round(time.Second), s.Since.UTC().Format(time.RFC3339), s.After)
+}
+
+// stalled reports the group's stall at now, if it is stalled. It reads only
+// atomics: /readyz may ask as often as it likes.
+func (g *group) stalled(now time.Time) (Stall, bool) {
+	// held first: a delivery's arrival stores busy before it counts, so a
+	// held count seen here comes with a busy time at least as new.
+	held := g.inflight.Load()
+	if held <= 0 || g.view.Load().state != StateRunning {
+		return Stall{}, false
+	}
+	last := max(g.busy.Load(), g.done.Load())
+	since := epoch.Add(time.Duration(last))
+	if now.Sub(since) < g.stallAfter {
+		return Stall{}, false
+	}
+	return Stall{Consumer: g.c.ID, Queue: g.c.Queue, Held: held, Since: since.Round(0), After: g.stallAfter}, true
+}
+
+// Stalls returns the consumer groups that are stalled, in consumer id
+// order; nil before Run has started the consumers. Ready is false while it
+// returns any. It is safe for concurrent use and takes no lock.
+func (r *Runtime) Stalls() []Stall {
+	select {
+	case <-r.started:
+	default:
+		return nil
+	}
+	now := time.Now()
+	var ss []Stall
+	for _, id := range r.order {
+		if s, ok := r.groups[id].stalled(now); ok {
+			ss = append(ss, s)
+		}
+	}
+	return ss
+}
