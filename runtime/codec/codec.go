@@ -52,15 +52,17 @@ type Codec struct {
 	api  avro.API
 
 	mu       sync.RWMutex
-	writers  map[int]writer             // id → the writer's schema
-	ids      map[typeKey]int            // a type's subject and schema → its id
-	resolved map[resolveKey]avro.Schema // writer id and reader schema → resolved
+	writers  map[int]writer               // id → the writer's schema
+	ids      map[typeKey]int              // a type's subject and schema → its id
+	resolved map[resolveKey]avro.Schema   // writer id and reader schema → resolved
+	encoders map[avro.Schema]*fastEncoder // an output type's schema → its fast encoder (nil: none)
 
 	// Reused across messages: an Avro writer that frames and encodes an
 	// output in one buffer, and a JSON encoder with its buffer for what a
 	// handler reads; each message's result is one copy of exactly its size.
 	avroWriters sync.Pool // *avro.Writer
 	jsonWriters sync.Pool // *jsonWriter
+	encStates   sync.Pool // *encState
 }
 
 // jsonWriter is a JSON encoder that writes to its own buffer.
@@ -101,6 +103,7 @@ func New(reg Registry, opts Options) *Codec {
 		writers:  map[int]writer{},
 		ids:      map[typeKey]int{},
 		resolved: map[resolveKey]avro.Schema{},
+		encoders: map[avro.Schema]*fastEncoder{},
 	}
 	c.avroWriters.New = func() any { return avro.NewWriter(nil, 1024, avro.WithWriterConfig(c.api)) }
 	c.jsonWriters.New = func() any {
@@ -109,6 +112,7 @@ func New(reg Registry, opts Options) *Codec {
 		w.enc.SetEscapeHTML(false)
 		return w
 	}
+	c.encStates.New = func() any { return &encState{} }
 	return c
 }
 
@@ -414,6 +418,54 @@ func (c *Codec) Encode(ctx context.Context, t *spec.Type, jsonBody []byte) ([]by
 	if !t.IsAvro() {
 		return nil, 0, fmt.Errorf("type %s is not an Avro type", t.Name)
 	}
+	if enc := c.encoder(t.Avro.Schema); enc != nil {
+		// Straight from the JSON to Avro, when the JSON reads so (else the
+		// general way, which gives the error). The id is asked for once
+		// the JSON is known to fit, as on the general way.
+		st := c.encStates.Get().(*encState)
+		var frame [FrameSize]byte
+		out, ok := enc.encode(st, append(st.out[:0], frame[:]...), jsonBody)
+		st.out, st.in = out[:0], nil
+		var id int
+		var err error
+		if ok {
+			if id, err = c.typeID(ctx, t); err == nil {
+				AppendFrame(out[:0], id, nil)
+				out = bytes.Clone(out)
+			}
+		}
+		if cap(st.out) <= maxPooled && cap(st.key) <= maxPooled {
+			c.encStates.Put(st)
+		}
+		switch {
+		case ok && err != nil:
+			return nil, 0, err
+		case ok:
+			return out, id, nil
+		}
+	}
+	return c.encodeGeneral(ctx, t, jsonBody)
+}
+
+// encoder returns the fast encoder of an output type's schema s, compiled
+// once; nil when s has none.
+func (c *Codec) encoder(s avro.Schema) *fastEncoder {
+	c.mu.RLock()
+	enc, ok := c.encoders[s]
+	c.mu.RUnlock()
+	if ok {
+		return enc
+	}
+	enc = compileFastEncoder(s, map[string]bool{})
+	c.mu.Lock()
+	c.encoders[s] = enc
+	c.mu.Unlock()
+	return enc
+}
+
+// encodeGeneral is Encode by a tree: the JSON decoded (spec.DecodeJSON),
+// converted (spec.AvroFromJSON) and written by hamba/avro.
+func (c *Codec) encodeGeneral(ctx context.Context, t *spec.Type, jsonBody []byte) ([]byte, int, error) {
 	v, err := spec.DecodeJSON(jsonBody)
 	if err != nil {
 		return nil, 0, &EncodeError{Type: t.Name, Subject: t.Subject, Err: fmt.Errorf("the output is not JSON: %w", err)}
