@@ -363,13 +363,7 @@ func (g *group) handle(ctx context.Context, bd *broker.Delivery) {
 		return
 	}
 	now := time.Now()
-	if g.inflight.Load() == 0 {
-		// Stored before the count: a stall check that sees the delivery
-		// counted sees when the group began to hold it (stall.go).
-		g.busy.Store(sinceEpoch(now))
-	}
-	g.inflight.Add(1)
-	g.mInflight.Inc()
+	g.hold(now)
 	d := &delivery{in: decide.InboundOf(wire.Message(&bd.Delivery)), received: now}
 	dec := g.step(ctx, d)
 	g.carryOut(tracedContext(ctx, d), bd, d.in, dec, d.ticket)
@@ -552,6 +546,18 @@ func (g *group) publishAll(ctx context.Context, ps []decide.Publish, failed func
 			cb(err)
 		}
 	}
+}
+
+// hold counts a delivery handed to the group's step at now; finish counts
+// it settled.
+func (g *group) hold(now time.Time) {
+	if g.inflight.Load() == 0 {
+		// Stored before the count: a stall check that sees the delivery
+		// counted sees when the group began to hold it (stall.go).
+		g.busy.Store(sinceEpoch(now))
+	}
+	g.inflight.Add(1)
+	g.mInflight.Inc()
 }
 
 // finish counts a delivery settled (acknowledged or handed back), whatever
