@@ -15,6 +15,7 @@ import (
 	"github.com/acemq/acemq-flow/runtime/wire"
 	"github.com/acemq/acemq-flow/test/runtimetest"
 	"github.com/acemq/acemq-flow/test/testenv"
+	"github.com/chromedp/chromedp"
 )
 
 // stallFlow has a pipeline whose handler the test holds and one that is
@@ -168,5 +169,74 @@ func TestReadyzNamesAStalledConsumer(t *testing.T) {
 	}
 	if ss := rt.Stalls(); len(ss) != 0 {
 		t.Errorf("Stalls once released = %+v, want none", ss)
+	}
+}
+
+// stalledPageRuntime is a runtime one of whose groups is stalled.
+type stalledPageRuntime struct {
+	pageRuntime
+	stalls []runtime.Stall
+}
+
+func (r *stalledPageRuntime) Ready() bool             { return false }
+func (r *stalledPageRuntime) Stalls() []runtime.Stall { return r.stalls }
+
+// TestStatusPageShowsAStalledConsumerInChromium opens the status page of a
+// runtime whose take-payment group is stalled: its state reads stalled,
+// with how many deliveries it holds and since when, its node is marked,
+// and the header says not ready, naming it.
+func TestStatusPageShowsAStalledConsumerInChromium(t *testing.T) {
+	browser := chromium(t)
+	pl := loadPlan(t, "../../examples/flows", "place-order.yaml")
+	since := time.Date(2026, 12, 3, 8, 0, 0, 0, time.UTC)
+	stall := runtime.Stall{Consumer: "place-order.take-payment", Queue: "place-order.take-payment", Held: 200, Since: since, After: 90 * time.Second}
+	depth := 0
+	rt := &stalledPageRuntime{pageRuntime: pageRuntime{consumers: []runtime.ConsumerStatus{
+		{ID: "place-order.take-payment", Kind: "saga-step", State: "running", Queue: "place-order.take-payment", Depth: &depth, Size: 1, InFlight: 200, Counters: map[string]int64{}, Stalled: &stall},
+		{ID: "place-order.book-courier", Kind: "saga-step", State: "running", Queue: "place-order.book-courier", Depth: &depth, Size: 1, Counters: map[string]int64{}},
+	}}, stalls: []runtime.Stall{stall}}
+	addr := runtimetest.AdminWith(t, admin.Options{Token: "tk-never-given", Runtime: rt, Plan: pl})
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser), chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.Flag("disable-dev-shm-usage", true))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelAlloc()
+	bctx, cancelBrowser := chromedp.NewContext(actx)
+	defer cancelBrowser()
+	ctx, cancel := context.WithTimeout(bctx, 2*time.Minute)
+	defer cancel()
+	if err := chromedp.Do(ctx, chromedp.Navigate("http://"+addr+"/")); err != nil {
+		t.Fatalf("open the status page at http://%s/ in %s: %v", addr, browser, err)
+	}
+	text := func(sel string) string {
+		t.Helper()
+		var got string
+		testenv.Eventually(t, 30*time.Second, func() error {
+			qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			s, err := chromedp.Run(qctx, chromedp.Text(chromedp.CSS(sel)))
+			got = strings.TrimSpace(s)
+			if err != nil || got == "" || got == "–" || got == "connecting…" {
+				return testenv.Errorf("the page shows %q at %s (%v)", got, sel, err)
+			}
+			return nil
+		})
+		return got
+	}
+	if got, want := text(`td[data-consumer="place-order.take-payment"][data-field="state"]`), "stalled: 200 held, none finished since 2026-12-03T08:00:00Z"; got != want {
+		t.Errorf("take-payment's state on the page = %q, want %q", got, want)
+	}
+	if got := text(`td[data-consumer="place-order.book-courier"][data-field="state"]`); got != "running" {
+		t.Errorf("book-courier's state on the page = %q, want running", got)
+	}
+	if got := text("#ready"); got != "not ready" {
+		t.Errorf("the page's readiness = %q, want not ready", got)
+	}
+	if got := text("#why"); !strings.Contains(got, `consumer "place-order.take-payment" on queue "place-order.take-payment" is stalled: it holds 200 deliveries`) {
+		t.Errorf("the page's why = %q, want it to name the stalled consumer", got)
+	}
+	marked, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("svg rect.stalled").length`))
+	if err != nil || marked != 1 {
+		t.Errorf("stalled nodes drawn = %v (%v), want 1", marked, err)
 	}
 }
