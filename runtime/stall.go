@@ -53,17 +53,22 @@ func sinceEpoch(t time.Time) int64 { return int64(t.Sub(epoch)) }
 // longer than its stall duration (After): since Since, the later of when it
 // last finished one and when it last began to hold any.
 type Stall struct {
-	Consumer string        `json:"consumer"`
-	Queue    string        `json:"queue"`
-	Held     int64         `json:"held"` // deliveries held, none finished since Since
-	Since    time.Time     `json:"since"`
-	After    time.Duration `json:"after_ns"` // the stall duration it passed
+	Consumer string    `json:"consumer"`
+	Queue    string    `json:"queue"`
+	Held     int64     `json:"held"` // deliveries held, none finished since Since
+	Since    time.Time `json:"since"`
+	For      string    `json:"for"`         // how long since Since when it was found, as "2m5s"
+	After    string    `json:"stall_after"` // the stall duration it passed, as "1m30s"
 }
 
 // Why is the stall as /readyz says it.
 func (s Stall) Why() string {
-	return fmt.Sprintf("consumer %q on queue %q is stalled: it holds %d deliveries and has finished none for %s (since %s, stall after %s); see its handler and the broker",
-		s.Consumer, s.Queue, s.Held, time.Since(s.Since).Round(time.Second), s.Since.UTC().Format(time.RFC3339), s.After)
+	held := fmt.Sprintf("%d deliveries", s.Held)
+	if s.Held == 1 {
+		held = "1 delivery"
+	}
+	return fmt.Sprintf("consumer %q on queue %q is stalled: it holds %s and has finished none for %s (since %s; stalled after %s); look at its handler, its plugin and the broker",
+		s.Consumer, s.Queue, held, s.For, s.Since.UTC().Format(time.RFC3339), s.After)
 }
 
 // stalled reports the group's stall at now, if it is stalled. It reads only
@@ -77,10 +82,12 @@ func (g *group) stalled(now time.Time) (Stall, bool) {
 	}
 	last := max(g.busy.Load(), g.done.Load())
 	since := epoch.Add(time.Duration(last))
-	if now.Sub(since) < g.stallAfter {
+	lasted := now.Sub(since)
+	if lasted < g.stallAfter {
 		return Stall{}, false
 	}
-	return Stall{Consumer: g.c.ID, Queue: g.c.Queue, Held: held, Since: since.Round(0), After: g.stallAfter}, true
+	return Stall{Consumer: g.c.ID, Queue: g.c.Queue, Held: held, Since: since.Round(0),
+		For: lasted.Round(time.Second).String(), After: g.stallAfter.String()}, true
 }
 
 // Stalls returns the consumer groups that are stalled, in consumer id

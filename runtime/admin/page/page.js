@@ -216,7 +216,7 @@
       if (!prev || at > prev.at) previous.set(c.id, { at: at, settled: settled, rate: rate });
       // A stalled group holds deliveries and has finished none for longer
       // than its stall duration: shown as its state, with how many and since.
-      const state = c.stalled ? `stalled: ${c.stalled.held} held, none finished since ${c.stalled.since}` : c.state;
+      const state = c.stalled ? `stalled: ${c.stalled.held} held, none finished since ${String(c.stalled.since).replace(/\.\d+Z$/, "Z")}` : c.state;
       const values = { state: state, depth: c.depth, size: c.size, in_flight: c.in_flight, rate: rate === null ? "–" : rate.toFixed(1) };
       for (const o of OUTCOMES) values[o] = counters[o] || 0;
       const tr = drawn.tables.get(c.id);
