@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/bits"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -77,12 +78,14 @@ func delayRun(b *testing.B, url string, rt *runtime.Runtime, queue string, n int
 	if err != nil {
 		b.Fatal(err)
 	}
+	asked := make([]time.Duration, n) // each message's delay
 	var wg sync.WaitGroup
 	errs := make(chan error, delayPublishers)
 	for p := range delayPublishers {
 		wg.Go(func() {
 			for i := p; i < n; i += delayPublishers {
 				d := lo + rand.N(hi-lo)
+				asked[i] = d
 				at := time.Now().Add(d)
 				body, _ := json.Marshal(dueStamp{Due: at.UnixNano(), Pad: pad})
 				m := decide.Message{RoutingKey: queue, MessageID: strconv.Itoa(i), ContentType: "application/json", Body: body}
@@ -99,6 +102,7 @@ func delayRun(b *testing.B, url string, rt *runtime.Runtime, queue string, n int
 		b.Fatal(err)
 	}
 	late := make([]time.Duration, 0, n)
+	byLevels, byDelay := levelLateness{}, levelLateness{}
 	seen := make([]bool, n)
 	dups := 0
 	timeout := time.After(hi + 30*time.Second)
@@ -122,6 +126,10 @@ func delayRun(b *testing.B, url string, rt *runtime.Runtime, queue string, n int
 					time.Unix(0, s.Due).UTC().Format(time.RFC3339Nano), d.Headers[plan.HeaderDueAt])
 			}
 			late = append(late, l)
+			if verbose {
+				byLevels.add(asked[i], l)
+				byDelay.addDelay(asked[i], l)
+			}
 		case <-timeout:
 			b.Fatalf("%s: %d of %d delayed messages arrived within %s of the last being due", queue, len(late), n, 30*time.Second)
 		}
@@ -129,7 +137,44 @@ func delayRun(b *testing.B, url string, rt *runtime.Runtime, queue string, n int
 	if dups > 0 {
 		fmt.Printf("bench: delay-late: %d message(s) delivered twice (at least once), counted once\n", dups)
 	}
+	if verbose {
+		byLevels.print(queue, "levels=%d")
+		byDelay.print(queue, "delay=%d0s+")
+	}
 	return late
+}
+
+// levelLateness groups delayed messages by how many levels of the ladder
+// their delay passes through (the set bits of its whole seconds, rounded
+// up), with how late each arrived beyond that rounding: what the broker's
+// hops from level to level and the `.due` consumer added.
+type levelLateness map[int][]time.Duration
+
+func (ll levelLateness) add(asked, late time.Duration) {
+	secs := (asked + time.Second - 1) / time.Second
+	rounding := secs*time.Second - asked
+	k := bits.OnesCount64(uint64(secs))
+	ll[k] = append(ll[k], late-rounding)
+}
+
+// addDelay groups by the delay's ten seconds instead (0: under 10 s).
+func (ll levelLateness) addDelay(asked, late time.Duration) {
+	secs := (asked + time.Second - 1) / time.Second
+	k := int(asked / (10 * time.Second))
+	ll[k] = append(ll[k], late-(secs*time.Second-asked))
+}
+
+func (ll levelLateness) print(queue, group string) {
+	for k := range 8 {
+		v := ll[k]
+		if len(v) == 0 {
+			continue
+		}
+		slices.Sort(v)
+		fmt.Printf("bench: %s "+group+" n=%d beyond-rounding p50 %.0f ms p99 %.0f ms max %.0f ms\n", queue, k, len(v),
+			float64(v[len(v)/2])/1e6, float64(v[len(v)*99/100])/1e6, float64(v[len(v)-1])/1e6)
+	}
+	clear(ll)
 }
 
 // BenchmarkDelayLate prints delay-late-p50 and delay-late-p99: 10,000
