@@ -180,6 +180,7 @@ func New(pl *plan.Plan, opts Options) (*Runtime, error) {
 	r := &Runtime{plan: pl, opts: opts, log: opts.Log, routes: map[string][]string{}, groups: map[string]*group{},
 		plugins: map[string]*host.Plugin{}, metrics: newMetrics(), started: make(chan struct{}), stopping: make(chan struct{})}
 	r.outages = newOutages(r)
+	r.metrics.reg.MustRegister(newStalledGauge(r))
 	for _, p := range pl.Pipelines {
 		r.routes[p.Name] = p.Route
 	}
@@ -341,6 +342,7 @@ func (r *Runtime) Run(ctx context.Context) (err error) {
 	}
 	r.ready.Store(true)
 	close(r.started)
+	r.wg.Go(r.watchStalls)
 	r.log.Info("runtime started", "consumers", len(startable))
 	<-ctx.Done()
 	r.stop()

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/acemq/acemq-flow/plugins/host"
 )
 
@@ -107,4 +109,71 @@ func (r *Runtime) Stalls() []Stall {
 		}
 	}
 	return ss
+}
+
+// stallCheck is how often the runtime looks for stalled groups, to log
+// when one stalls and when it finishes a delivery again.
+const stallCheck = time.Second
+
+// watchStalls logs each group that becomes stalled (an error: someone has
+// to look at its handler, its plugin or the broker) and each that is no
+// longer, until Run drains. Run starts it once the consumers run.
+func (r *Runtime) watchStalls() {
+	t := time.NewTicker(stallCheck)
+	defer t.Stop()
+	logged := map[string]bool{}
+	for {
+		select {
+		case <-r.stopping:
+			return
+		case <-t.C:
+		}
+		now := map[string]bool{}
+		for _, s := range r.Stalls() {
+			now[s.Consumer] = true
+			if !logged[s.Consumer] {
+				logged[s.Consumer] = true
+				r.log.Error("consumer stalled: it holds deliveries and has finished none for longer than its stall duration; look at its handler, its plugin and the broker",
+					"consumer", s.Consumer, "queue", s.Queue, "held", s.Held, "since", s.Since, "stall_after", s.After)
+			}
+		}
+		for id := range logged {
+			if !now[id] {
+				delete(logged, id)
+				r.log.Info("consumer no longer stalled", "consumer", id)
+			}
+		}
+	}
+}
+
+// stalledGauge is acemq_consumer_stalled, read from the groups when
+// scraped: 1 for a stalled group, 0 for the others.
+type stalledGauge struct {
+	r    *Runtime
+	desc *prometheus.Desc
+}
+
+func newStalledGauge(r *Runtime) *stalledGauge {
+	return &stalledGauge{r: r, desc: prometheus.NewDesc("acemq_consumer_stalled",
+		"1 while the consumer holds deliveries and has finished none for longer than its stall duration (its handler's call timeout + the confirm deadline + 30 s), else 0.",
+		[]string{"consumer", "queue"}, nil)}
+}
+
+func (s *stalledGauge) Describe(ch chan<- *prometheus.Desc) { ch <- s.desc }
+
+func (s *stalledGauge) Collect(ch chan<- prometheus.Metric) {
+	select {
+	case <-s.r.started:
+	default:
+		return
+	}
+	now := time.Now()
+	for _, id := range s.r.order {
+		g := s.r.groups[id]
+		v := 0.0
+		if _, ok := g.stalled(now); ok {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(s.desc, prometheus.GaugeValue, v, g.c.ID, g.c.Queue)
+	}
 }

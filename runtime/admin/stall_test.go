@@ -3,6 +3,7 @@ package admin_test
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
@@ -47,7 +48,8 @@ func TestReadyzNamesAStalledConsumer(t *testing.T) {
 	release := make(chan struct{})
 	var releaseOnce sync.Once
 	let := func() { releaseOnce.Do(func() { close(release) }) }
-	rt, pl := runtimetest.Start(t, url, stallFlow, runtime.Options{StallAfter: stallAfter, Handlers: map[string]runtime.HandlerFunc{
+	logs := &testenv.Buffer{}
+	rt, pl := runtimetest.Start(t, url, stallFlow, runtime.Options{StallAfter: stallAfter, Log: slog.New(slog.NewTextHandler(logs, nil)), Handlers: map[string]runtime.HandlerFunc{
 		"k.echo": runtimetest.Echo,
 		"k.wait": func(ctx context.Context, req runtime.Request) (decide.Result, error) {
 			entered <- time.Now()
@@ -156,6 +158,18 @@ func TestReadyzNamesAStalledConsumer(t *testing.T) {
 	if err != nil || cs.Stalled == nil {
 		t.Errorf("the registry's held.wait = %+v (%v), want it stalled", cs, err)
 	}
+	_, metrics := fetch(t, "GET", base+"/metrics", "tk")
+	for _, want := range []string{`acemq_consumer_stalled{consumer="held.wait",queue="held.wait"} 1`, `acemq_consumer_stalled{consumer="idle.rest",queue="idle.rest"} 0`} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics while held.wait is stalled lacks %s", want)
+		}
+	}
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if !strings.Contains(logs.String(), `level=ERROR msg="consumer stalled`) || !strings.Contains(logs.String(), "consumer=held.wait queue=held.wait held=1") {
+			return testenv.Errorf("the log does not say held.wait stalled:\n%s", logs.String())
+		}
+		return nil
+	})
 
 	// Released, the delivery is acknowledged: ready again, nothing stalled.
 	let()
@@ -170,6 +184,18 @@ func TestReadyzNamesAStalledConsumer(t *testing.T) {
 	}
 	if ss := rt.Stalls(); len(ss) != 0 {
 		t.Errorf("Stalls once released = %+v, want none", ss)
+	}
+	if _, metrics := fetch(t, "GET", base+"/metrics", "tk"); !strings.Contains(metrics, `acemq_consumer_stalled{consumer="held.wait",queue="held.wait"} 0`) {
+		t.Errorf("/metrics once released does not say held.wait is not stalled")
+	}
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if !strings.Contains(logs.String(), `msg="consumer no longer stalled" consumer=held.wait`) {
+			return testenv.Errorf("the log does not say held.wait is no longer stalled:\n%s", logs.String())
+		}
+		return nil
+	})
+	if strings.Contains(logs.String(), "consumer=idle.rest queue=idle.rest held=") {
+		t.Errorf("the log says the idle consumer stalled:\n%s", logs.String())
 	}
 }
 
