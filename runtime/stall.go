@@ -15,13 +15,18 @@ import (
 // waits is bounded: the handler's call by the plugin's call timeout, each
 // publish of what it produced by the publisher's confirm deadline (a
 // publish not confirmed in time closes its channel and fails as
-// indeterminate), so a group whose deliveries all wait longer than both
+// indeterminate). A group whose deliveries all wait longer than both
 // together, and a margin for the stores' round trips, is wedged rather
-// than slow (S5's consumer once held 200 deliveries for minutes while its
-// connections were up). A group that holds nothing is never stalled,
-// however long it is idle, nor is one paused for a store's outage: its
-// deliveries wait before they are counted as held, and the outage is
-// reported as itself.
+// than slow, whatever its connections say: a node restart can leave a
+// consumer holding its whole prefetch on live connections.
+//
+// A group that holds nothing is never stalled, however long it is idle,
+// nor is one paused for a store's outage: its deliveries wait before they
+// are counted as held, and the outage is reported as itself. A resource
+// alarm that blocks the publishing connection longer than the stall
+// duration does make its groups stalled (the confirm deadline does not run
+// while the connection is blocked); the blocked connection is reported
+// beside them.
 
 // confirmDeadline is how long the oldest publish on a channel waits for
 // the broker's confirm before the channel is closed and its publishes fail
