@@ -430,6 +430,15 @@ func (st *encState) double() (float64, encStatus) {
 func (st *encState) plain() int {
 	in := st.in
 	for i := st.pos + 1; i < len(in); {
+		for i+8 <= len(in) && !special8(binary.LittleEndian.Uint64(in[i:])) {
+			i += 8
+		}
+		for i < len(in) && plainASCII[in[i]] {
+			i++
+		}
+		if i >= len(in) {
+			break
+		}
 		c := in[i]
 		switch {
 		case c == '"':
@@ -448,6 +457,31 @@ func (st *encState) plain() int {
 	}
 	return -1
 }
+
+const (
+	ones  = 0x0101010101010101
+	highs = 0x8080808080808080
+)
+
+// special8 reports whether one of the eight bytes of w is one plainASCII
+// does not hold: below 0x20, from 0x80, '"' or '\\' ("determine if a
+// word has a byte less than n" and "has a zero byte", Bit Twiddling Hacks;
+// exact for whether any byte is).
+func special8(w uint64) bool {
+	less := (w - ones*0x20) &^ w & highs
+	quote, backslash := w^(ones*'"'), w^(ones*'\\')
+	zero := (quote-ones)&^quote&highs | (backslash-ones)&^backslash&highs
+	return less|w&highs|zero != 0
+}
+
+// plainASCII holds the bytes a JSON string holds as themselves: printable
+// ASCII but '"' and '\\'.
+var plainASCII = func() (t [256]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
 
 // string writes the JSON string at st.pos as an Avro string.
 func (st *encState) string() encStatus {
