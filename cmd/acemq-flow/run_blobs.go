@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/acemq/acemq-flow/stores"
@@ -12,9 +14,17 @@ import (
 )
 
 // openBlobs opens the claim check's blob store blobsURL names and checks
-// it has what it needs (PostgreSQL: the acemq_blobs table), creating that
-// only when asked, as openStoreWith does for the store.
+// it has what it needs (SQLite and PostgreSQL: the acemq_blobs table),
+// creating that only when asked, as openStoreWith does for the store: a
+// SQLite file that is not there is refused before it is opened, as
+// opening it would create it and leave an empty file behind.
 func openBlobs(ctx context.Context, blobsURL string, create bool) (stores.BlobStore, error) {
+	if backend, _ := storeurl.BlobsBackend(blobsURL); backend == "sqlite" && !create {
+		path := storeurl.SQLitePath(blobsURL)
+		if _, err := os.Stat(path); path != "" && errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("the sqlite blob store %s does not exist; run with --create-schema to create it with its acemq_blobs table (or %s naming that file)", redactStore(blobsURL), "`acemq-flow migrate --store`")
+		}
+	}
 	b, err := storeurl.OpenBlobs(ctx, blobsURL, stores.Options{})
 	if err != nil {
 		return nil, fmt.Errorf("open the blob store %s: %w", redactStore(blobsURL), err)
