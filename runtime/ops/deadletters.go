@@ -15,10 +15,14 @@ import (
 // StatusReads is what the status page reads of the broker beside the
 // engine (the admin API's BrokerReads): the delay ladder, as Delays, and
 // the dead letters, as DeadLetters, each on a connection of its own to URL
-// for the read. Plan is the plan the runtime runs.
+// for the read. Plan is the plan the runtime runs. Decoder, when set, reads
+// the dead letters' Avro bodies for their previews (MessageView.Avro), as
+// `inspect --registry` does: the runtime's own codec (runtime.Runtime's
+// AvroDecoder), safe for concurrent use, as the page's reads may overlap.
 type StatusReads struct {
-	URL  string
-	Plan *plan.Plan
+	URL     string
+	Plan    *plan.Plan
+	Decoder Decoder
 }
 
 // Delays reads the delay ladder as `acemq-flow delays` does.
@@ -28,7 +32,7 @@ func (s StatusReads) Delays(ctx context.Context) (any, error) {
 
 // DeadLetters reads the dead letters of the plan's consumer groups.
 func (s StatusReads) DeadLetters(ctx context.Context) (any, error) {
-	return DeadLetters(ctx, s.URL, s.Plan, DeadLetterRead, DeadLetterFirst)
+	return DeadLettersWith(ctx, s.URL, s.Plan, DeadLetterRead, DeadLetterFirst, InspectOptions{Decoder: s.Decoder})
 }
 
 // How much DeadLetters reads by default: the first messages of each `.dlq`,
@@ -77,8 +81,17 @@ type DeadLetterGroup struct {
 // consumer group of pl on the broker at url, puts them back, and groups
 // them by consumer and error, keeping the first first of each group. A
 // `.dlq` the broker does not have is left out. Groups are sorted by flow
-// and consumer, the largest first.
+// and consumer, the largest first. A claim-checked dead letter shows its
+// reference's key and size (MessageView.ClaimCheck); its blob is never
+// fetched.
 func DeadLetters(ctx context.Context, url string, pl *plan.Plan, read, first int) (DeadLettersView, error) {
+	return DeadLettersWith(ctx, url, pl, read, first, InspectOptions{})
+}
+
+// DeadLettersWith is DeadLetters with opts: with opts.Decoder, the
+// previews of Avro dead letters are their JSON, or, when that cannot be
+// read, their first bytes in hex with the reason.
+func DeadLettersWith(ctx context.Context, url string, pl *plan.Plan, read, first int, opts InspectOptions) (DeadLettersView, error) {
 	v := DeadLettersView{At: time.Now().UTC().Truncate(time.Millisecond).Format(time.RFC3339Nano), Groups: []DeadLetterGroup{}, Queues: []DeadLetterQueue{}}
 	if pl == nil {
 		return v, nil
@@ -100,7 +113,7 @@ func DeadLetters(ctx context.Context, url string, pl *plan.Plan, read, first int
 	if len(queues) == 0 {
 		return v, nil
 	}
-	views, err := InspectMany(ctx, url, "acemq-flow status page", queues, read)
+	views, err := InspectManyWith(ctx, url, "acemq-flow status page", queues, read, opts)
 	if err != nil {
 		return v, fmt.Errorf("read the dead letters: %w", err)
 	}
@@ -145,6 +158,11 @@ func DeadLetters(ctx context.Context, url string, pl *plan.Plan, read, first int
 // InspectMany opens its own connection to url, named name, and closes it
 // before it returns.
 func InspectMany(ctx context.Context, url, name string, queues []string, limit int) ([]QueueView, error) {
+	return InspectManyWith(ctx, url, name, queues, limit, InspectOptions{})
+}
+
+// InspectManyWith is InspectMany with opts, as InspectWith is Inspect.
+func InspectManyWith(ctx context.Context, url, name string, queues []string, limit int, opts InspectOptions) ([]QueueView, error) {
 	views := []QueueView{}
 	if limit < 0 {
 		return views, fmt.Errorf("inspect queues: the limit must not be negative, not %d", limit)
@@ -159,7 +177,7 @@ func InspectMany(ctx context.Context, url, name string, queues []string, limit i
 	top := broker.NewTopology(conn, nil)
 	defer top.Close()
 	for _, q := range queues {
-		view, err := inspectOn(ctx, top, q, limit, nil)
+		view, err := inspectOn(ctx, top, q, limit, opts.Decoder)
 		if errors.Is(err, broker.ErrNotFound) {
 			continue
 		}

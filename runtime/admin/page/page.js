@@ -254,7 +254,8 @@
   function messageView(m) {
     const facts = [["message", m.message_id], ["attempt", m.attempt], ["replays", m.replays], ["failed at", m.failed_at],
       ["failed in", m.failed_queue], ["route", m.route_text], ["slip", m.slip_text], ["type", m.type],
-      ["claim check", m.claim_check ? m.claim_check.key + " (" + m.claim_check.size + " bytes)" : undefined]];
+      ["claim check", m.claim_check ? m.claim_check.key + " (" + m.claim_check.size + " bytes)" : undefined],
+      ["avro", m.avro ? "schema " + m.avro.schema_id + (m.avro.decoded ? ", shown as JSON" : ", shown in hex: " + m.avro.note) : undefined]];
     const dl = el("div", { class: "message", "data-message": m.message_id });
     dl.append(el("div", { class: "muted", text: facts.filter(f => f[1] !== undefined && f[1] !== "" && f[1] !== null).map(f => f[0] + " " + f[1]).join(" · ") }));
     dl.append(el("pre", { "data-field": "preview", text: m.preview + (m.truncated ? " …" : "") }));
