@@ -17,8 +17,8 @@ import (
 // strings, enums, records, arrays and unions of these, without logical
 // types); any other schema has none (nil). JSON it does not take as
 // surely as the general path (invalid JSON or JSON that does not fit the
-// schema, a string with invalid UTF-8 or a lone surrogate, a double
-// written as a string, a number past int64 for an int or long, a record
+// schema, a string with invalid UTF-8 or a lone surrogate, a number past
+// int64 for an int or long, a number past float64's range, a record
 // key given twice, a missing field whose default it did not compute, data
 // nested deeper than maxDepth) makes encode report false, and the codec
 // encodes the output the general way, which gives the answer or the error
@@ -238,15 +238,25 @@ func (e *fastEncoder) value(st *encState, depth int) encStatus {
 		return encOK
 	case avro.Double:
 		if c == '"' {
-			// "NaN", "Infinity" and "-Infinity" are doubles too: left
-			// to the general path; any other string does not fit.
-			switch k, ok := st.readKey(); {
-			case !ok:
-				return encDecline
-			case string(k) == "NaN" || string(k) == "Infinity" || string(k) == "-Infinity":
+			// "NaN", "Infinity" and "-Infinity" are doubles too, as
+			// math.NaN() and math.Inf write them; no other string is.
+			k, ok := st.readKey()
+			if !ok {
 				return encDecline
 			}
-			return encMismatch
+			var f float64
+			switch string(k) {
+			case "NaN":
+				f = math.NaN()
+			case "Infinity":
+				f = math.Inf(1)
+			case "-Infinity":
+				f = math.Inf(-1)
+			default:
+				return encMismatch
+			}
+			st.out = binary.LittleEndian.AppendUint64(st.out, math.Float64bits(f))
+			return encOK
 		}
 		if c != '-' && (c < '0' || c > '9') {
 			return st.other(c)
