@@ -58,8 +58,9 @@ type Codec struct {
 	encoders map[avro.Schema]*fastEncoder // an output type's schema → its fast encoder (nil: none)
 
 	// Reused across messages: an Avro writer that frames and encodes an
-	// output in one buffer, and a JSON encoder with its buffer for what a
-	// handler reads; each message's result is one copy of exactly its size.
+	// output in one buffer, a JSON encoder with its buffer for what a
+	// handler reads, and the fast encoder's state with its buffer; each
+	// message's result is one copy of exactly its size.
 	avroWriters sync.Pool // *avro.Writer
 	jsonWriters sync.Pool // *jsonWriter
 	encStates   sync.Pool // *encState
