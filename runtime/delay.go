@@ -29,8 +29,10 @@ var ErrNotRunning = errors.New("the runtime is not running")
 // destination reaches, else the type m.Type names) is encoded as Avro with
 // the type's registry id, as `send` encodes it (FLOW-FORMAT §6); one that
 // does not fit the type is refused with an error naming it. A body above
-// its type's claim_check.above goes by claim check when the runtime has a
-// blob store (Options.Blobs).
+// the claim_check.above of the consumer the destination reaches (else of
+// the type m.Type names, else the flows' smallest default) is put in the
+// runtime's blob store (Options.Blobs) and travels, through the ladder
+// too, as a reference: the consumer's claim check fetches it whole.
 // A delay beyond the ladder's 2^28 - 1 s gives an error wrapping
 // decide.ErrDelayTooLong. m is not changed. It is safe for concurrent use
 // while Run runs; before that, and once Run drains, it returns

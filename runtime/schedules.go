@@ -12,7 +12,7 @@ import (
 
 // newSchedules builds the loop of the plan's schedules (nil without any),
 // registering its metrics with the runtime's, its firings' messages
-// encoded by encode. It refuses a plan with schedules and no store for
+// encoded by encode and then claim-checked in opts.Blobs. It refuses a plan with schedules and no store for
 // their ticks.
 func newSchedules(pl *plan.Plan, opts Options, m *metrics, encode func(context.Context, decide.Message) (decide.Message, error)) (*scheduler.Schedules, error) {
 	if len(pl.Schedules) == 0 {
@@ -22,7 +22,17 @@ func newSchedules(pl *plan.Plan, opts Options, m *metrics, encode func(context.C
 		s := pl.Schedules[0]
 		return nil, fmt.Errorf("%s: schedule %q needs a store to claim its ticks in, and none is configured; run with --store (sqlite:PATH for one runtime, postgres://… for several)", s.At, s.Name)
 	}
-	return scheduler.NewSchedules(scheduler.SchedulesOptions{Plan: pl, Store: opts.Schedules, Metrics: m.reg, Log: opts.Log, Encode: encode,
+	// A firing goes on the wire as PublishAt's messages do: encoded by its
+	// Avro type, then by claim check above its threshold (FLOW-FORMAT §6),
+	// so that what the outbox and the queue hold is the reference.
+	onWire := func(ctx context.Context, msg decide.Message) (decide.Message, error) {
+		msg, err := encode(ctx, msg)
+		if err != nil {
+			return msg, err
+		}
+		return ownClaimCheck(ctx, opts.Blobs, pl, msg)
+	}
+	return scheduler.NewSchedules(scheduler.SchedulesOptions{Plan: pl, Store: opts.Schedules, Metrics: m.reg, Log: opts.Log, Encode: onWire,
 		Tracer: tracing.New(opts.Tracing)})
 }
 

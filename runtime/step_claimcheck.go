@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/acemq/acemq-flow/runtime/decide"
+	"github.com/acemq/acemq-flow/runtime/plan"
 	"github.com/acemq/acemq-flow/stores"
 )
 
@@ -103,26 +104,73 @@ func sameBytes(a, b []byte) bool {
 }
 
 // claimChecked returns m as the runtime publishes it for a caller of the
-// Go API (PublishAt, PublishIn): by claim check when its body is above the
-// threshold of its type (the input threshold of a consumer of that type,
-// else the default) and the runtime has a blob store; unchanged otherwise.
+// Go API (PublishAt, PublishIn): by claim check when its body is above its
+// threshold (ownClaimCheckAbove) and the runtime has a blob store;
+// unchanged otherwise.
 func (r *Runtime) claimChecked(ctx context.Context, m decide.Message) (decide.Message, error) {
-	if r.opts.Blobs == nil {
+	return ownClaimCheck(ctx, r.opts.Blobs, r.plan, m)
+}
+
+// ownClaimCheck returns m, a message the runtime publishes of its own
+// accord (PublishAt and PublishIn, a schedule's firing), as the claim check
+// has it go on the wire (FLOW-FORMAT §6): its body put in blobs and a
+// reference sent instead when the body is above pl's threshold for it
+// (ownClaimCheckAbove); unchanged when it is not, or blobs is nil. m's
+// headers are copied, never changed.
+func ownClaimCheck(ctx context.Context, blobs stores.Blobs, pl *plan.Plan, m decide.Message) (decide.Message, error) {
+	if blobs == nil || !decide.ShouldClaimCheck(len(m.Body), ownClaimCheckAbove(pl, m)) {
 		return m, nil
 	}
-	var above int64
-	for i := range r.plan.Consumers {
-		if c := &r.plan.Consumers[i]; m.Type != "" && c.Input == m.Type {
-			above = c.ClaimCheck.Input
-			break
-		}
-	}
-	if !decide.ShouldClaimCheck(len(m.Body), above) {
-		return m, nil
-	}
-	key, err := r.opts.Blobs.PutBlob(ctx, m.Body)
+	key, err := blobs.PutBlob(ctx, m.Body)
 	if err != nil {
-		return m, fmt.Errorf("put the body of message %s (%d bytes) in the blob store: %w", m.MessageID, len(m.Body), err)
+		return m, fmt.Errorf("message %s for exchange %q, routing key %q: put its body (%d bytes) in the blob store: %w", m.MessageID, m.Exchange, m.RoutingKey, len(m.Body), err)
 	}
 	return decide.WithClaimCheck(m, decide.ClaimCheck{Key: key, Size: int64(len(m.Body)), ContentType: m.ContentType}), nil
+}
+
+// ownClaimCheckAbove returns the claim_check.above a message the runtime
+// publishes of its own accord is measured against: the input threshold of
+// the consumer its destination reaches (the queue its routing key names on
+// the default exchange, or the one bound to its exchange with that key);
+// else that of the type m.Type names in the plan's flows; else the
+// defaults of the flow it comes from (x-acemq-origin: a schedule's flow);
+// else the smallest of the flows' defaults, as a body sent whole above
+// its consumer's threshold is what the claim check exists to prevent, and
+// one sent by reference below it is still read whole.
+func ownClaimCheckAbove(pl *plan.Plan, m decide.Message) int64 {
+	queue := m.RoutingKey
+	if m.Exchange != "" {
+		queue = ""
+		for _, b := range pl.Bindings {
+			if b.Exchange == m.Exchange && b.RoutingKey == m.RoutingKey && b.Queue != "" {
+				queue = b.Queue
+				break
+			}
+		}
+	}
+	for i := range pl.Consumers {
+		if c := &pl.Consumers[i]; queue != "" && c.Queue == queue {
+			return c.ClaimCheck.Input
+		}
+	}
+	flows := planFlows(pl)
+	if m.Type != "" {
+		for _, f := range flows {
+			if f.Type(m.Type) != nil {
+				return f.ClaimCheckAbove(m.Type)
+			}
+		}
+	}
+	origin := decide.HeaderText(m.Headers[plan.HeaderOrigin])
+	var above int64
+	for _, f := range flows {
+		a := f.ClaimCheckAbove("")
+		if origin != "" && f.Name == origin {
+			return a
+		}
+		if above == 0 || a < above {
+			above = a
+		}
+	}
+	return above
 }

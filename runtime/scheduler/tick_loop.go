@@ -43,9 +43,11 @@ type SchedulesOptions struct {
 	Log *slog.Logger
 	// Encode, when set, returns a firing's message as it goes on the wire:
 	// the runtime's codec, which encodes a JSON payload for an Avro input
-	// type as Avro (FLOW-FORMAT §6), as send does. While it fails (the
-	// schema registry not answering) the tick is neither fired nor lost:
-	// it is tried again, as a store failure is.
+	// type as Avro and puts a body above its claim_check.above in the blob
+	// store, the message carrying the reference (FLOW-FORMAT §6), as send
+	// does. While it fails (the schema registry or the blob store not
+	// answering) the tick is neither fired nor lost: it is tried again, as
+	// a store failure is.
 	Encode func(ctx context.Context, m decide.Message) (decide.Message, error)
 	// Tracer makes each firing a span of its own, "schedule <key>" (kind
 	// producer, the root of a new trace: a tick is nobody's child), in
