@@ -48,7 +48,7 @@ func TestRelayAndRunPurgeTheStore(t *testing.T) {
 	}{
 		{"relay", []string{"relay", "--store", store, "--amqp", e.URL, "--poll", "10ms", "--purge-every", "20ms", "--published-retention", "1ms"},
 			`msg="store purged" expired=0 published=1`},
-		{"run", []string{"run", "--store", store, "--amqp", e.URL, "--admin", "", "--relay", "--purge-every", "20ms", "../../examples/flows/fulfilment.yaml"},
+		{"run", []string{"run", "--store", store, "--amqp", e.URL, "--admin", "", "--blobs", "file:" + t.TempDir(), "--relay", "--purge-every", "20ms", "../../examples/flows/fulfilment.yaml"},
 			`msg="store purged"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -121,7 +121,7 @@ func TestRunRelayDeliversARecordDueLaterThroughTheLadder(t *testing.T) {
 	var errb lockedBuffer
 	code := make(chan int, 1)
 	go func() {
-		code <- run(ctx, []string{"run", "--store", store, "--amqp", amqpURL, "--admin", "", "--relay", flow}, strings.NewReader(""), &out, &errb)
+		code <- run(ctx, []string{"run", "--store", store, "--amqp", amqpURL, "--admin", "", "--blobs", "file:" + t.TempDir(), "--relay", flow}, strings.NewReader(""), &out, &errb)
 	}()
 	for _, want := range []string{"now", "later"} {
 		select {
