@@ -167,3 +167,32 @@ func TestStallsListsStalledGroupsInOrder(t *testing.T) {
 		t.Errorf("Stalls = %+v, want a and c (b holds nothing)", ss)
 	}
 }
+
+// BenchmarkHoldFinish measures what a delivery's progress tracking costs
+// (hold and finish: an atomic load, two stores and a clock read beside the
+// in-flight count), against the in-flight count alone, from parallel
+// goroutines as a group's handlers run.
+func BenchmarkHoldFinish(b *testing.B) {
+	b.Run("in-flight-only", func(b *testing.B) {
+		g := stallGroup("b")
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				now := time.Now() // handle reads the clock for every delivery anyway
+				_ = now
+				g.inflight.Add(1)
+				g.mInflight.Inc()
+				g.inflight.Add(-1)
+				g.mInflight.Dec()
+			}
+		})
+	})
+	b.Run("hold-finish", func(b *testing.B) {
+		g := stallGroup("b")
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				g.hold(time.Now())
+				g.finish()
+			}
+		})
+	})
+}
