@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/acemq/acemq-flow/runtime/codec"
 )
@@ -39,8 +40,26 @@ func (a *AvroPreviews) Framed(ct string, body []byte) (int, bool) {
 
 // Decode returns body as JSON, decoded by its writer's schema; its error
 // says why it cannot (an unknown id, data that does not read, the
-// registry failing).
+// registry failing). An error of the registry failing has an
+// Unavailable() bool method that reports true: a read of several
+// messages (ops.InspectManyWith) does not ask again for the others.
 func (a *AvroPreviews) Decode(ctx context.Context, body []byte) ([]byte, error) {
 	js, _, err := a.c.Decode(ctx, nil, body)
+	if err != nil && !codec.Fatal(err) {
+		return nil, &registryUnavailableError{err: err}
+	}
 	return js, err
 }
+
+// registryUnavailableError is a preview the schema registry could not be
+// asked for.
+type registryUnavailableError struct{ err error }
+
+func (e *registryUnavailableError) Error() string {
+	return fmt.Sprintf("the runtime's schema registry could not be asked for the writer's schema: %v; the preview is decoded once the store answers", e.err)
+}
+
+func (e *registryUnavailableError) Unwrap() error { return e.err }
+
+// Unavailable reports true: the registry, not the message, failed.
+func (e *registryUnavailableError) Unavailable() bool { return true }

@@ -1,7 +1,9 @@
 package runtime_test
 
 import (
+	"context"
 	"encoding/binary"
+	"errors"
 	"strings"
 	"testing"
 
@@ -12,6 +14,7 @@ import (
 	"github.com/acemq/acemq-flow/runtime/decide"
 	"github.com/acemq/acemq-flow/runtime/ops"
 	"github.com/acemq/acemq-flow/runtime/plan"
+	"github.com/acemq/acemq-flow/spec"
 	"github.com/acemq/acemq-flow/stores"
 	"github.com/acemq/acemq-flow/test/runtimetest"
 	"github.com/acemq/acemq-flow/test/testenv"
@@ -70,5 +73,34 @@ func TestDeadLetterPreviewsDecodeAvro(t *testing.T) {
 	}
 	if m := byID["claim-checked"]; m.ClaimCheck == nil || m.ClaimCheck.Key != ref.Key || m.ClaimCheck.Size != 123456 || m.Avro != nil {
 		t.Errorf("the claim-checked dead letter shows claim check %+v (avro %+v); want key %s and size 123456, not fetched", m.ClaimCheck, m.Avro, ref.Key)
+	}
+}
+
+// failingRegistry is a schema registry whose store does not answer.
+type failingRegistry struct{ codec.Registry }
+
+func (failingRegistry) SchemaByID(context.Context, int) (stores.Schema, bool, error) {
+	return stores.Schema{}, false, errors.New("connection refused")
+}
+
+// AvroPreviews says when the registry, not the message, failed: its error
+// reports Unavailable, so that a read of many dead letters asks once.
+func TestAvroPreviewsSayTheRegistryIsUnavailable(t *testing.T) {
+	set, err := spec.Load(testenv.FlowFS(avroLaterFlow), "f.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl, err := plan.Compile(set.Flows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := runtime.New(pl, runtime.Options{AMQPURL: "amqp://127.0.0.1:1/", Registry: failingRegistry{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = rt.AvroPreviews().Decode(t.Context(), []byte{0, 0, 0, 0, 7, 2})
+	var un interface{ Unavailable() bool }
+	if !errors.As(err, &un) || !un.Unavailable() || !strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("AvroPreviews.Decode with the registry down = %v; want an error that reports Unavailable and names the cause", err)
 	}
 }

@@ -176,8 +176,12 @@ func InspectManyWith(ctx context.Context, url, name string, queues []string, lim
 	defer conn.Close()
 	top := broker.NewTopology(conn, nil)
 	defer top.Close()
+	dec := opts.Decoder
+	if dec != nil {
+		dec = &unavailableOnce{Decoder: dec}
+	}
 	for _, q := range queues {
-		view, err := inspectOn(ctx, top, q, limit, opts.Decoder)
+		view, err := inspectOn(ctx, top, q, limit, dec)
 		if errors.Is(err, broker.ErrNotFound) {
 			continue
 		}
@@ -226,4 +230,26 @@ func inspectOn(ctx context.Context, top *broker.Topology, queue string, limit in
 		view.Messages = append(view.Messages, viewMessage(ctx, d.Delivery, dec))
 	}
 	return view, nil
+}
+
+// unavailableOnce is a Decoder for one read of several messages: once the
+// decoder says its registry could not be asked (an error with an
+// Unavailable() bool method reporting true), the messages after it are
+// not tried, each getting that reason, so that a registry that is down
+// costs one wait, not one for each message read.
+type unavailableOnce struct {
+	Decoder
+	down error
+}
+
+func (u *unavailableOnce) Decode(ctx context.Context, body []byte) ([]byte, error) {
+	if u.down != nil {
+		return nil, u.down
+	}
+	js, err := u.Decoder.Decode(ctx, body)
+	var un interface{ Unavailable() bool }
+	if errors.As(err, &un) && un.Unavailable() {
+		u.down = err
+	}
+	return js, err
 }
