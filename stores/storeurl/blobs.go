@@ -52,7 +52,9 @@ func FilePath(blobsURL string) string {
 //     directory created if missing; the embedded default, DefaultBlobs.
 //   - sqlite:PATH: the acemq_blobs table of that SQLite file (it may be
 //     the --store file or another); its table comes with the store's
-//     migrations.
+//     migrations. Opening a file that is not there creates it: a caller
+//     that must create nothing (run without --create-schema, send,
+//     purge) checks for the file first.
 //   - postgres://… (or postgresql://): the acemq_blobs table of that
 //     database, through a pgx pool of its own (it may be the --store
 //     database or another); its table comes with the store's migrations.
