@@ -164,10 +164,8 @@ func (d *fastDecoder) value(dst []byte, r *fastReader, depth int) ([]byte, bool)
 		}
 		s := r.buf[r.pos : r.pos+int(n)]
 		r.pos += int(n)
-		for _, c := range s {
-			if c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
-				return dst, false
-			}
+		if !plainBytes(s) {
+			return dst, false
 		}
 		dst = append(dst, '"')
 		dst = append(dst, s...)
@@ -252,4 +250,24 @@ func (d *fastDecoder) value(dst []byte, r *fastReader, depth int) ([]byte, bool)
 		return dst[:start+n], true
 	}
 	return dst, false
+}
+
+// plainBytes reports whether s needs no escape in JSON and is written by
+// encoding/json as itself: printable ASCII other than '"' and '\\' (DEL
+// included), checked eight bytes at a time.
+func plainBytes(s []byte) bool {
+	i := 0
+	for ; i+8 <= len(s); i += 8 {
+		w := binary.LittleEndian.Uint64(s[i:])
+		del := w ^ (ones * 0x7f)
+		if special8(w) || (del-ones)&^del&highs != 0 {
+			return false
+		}
+	}
+	for _, c := range s[i:] {
+		if c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return true
 }

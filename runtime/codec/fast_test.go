@@ -77,3 +77,16 @@ func FuzzFastDecode(f *testing.F) {
 		}
 	})
 }
+
+func TestPlainBytes(t *testing.T) {
+	for c := range 256 {
+		for pos := range 11 {
+			b := []byte("abcdefghijk")
+			b[pos] = byte(c)
+			want := c >= 0x20 && c < 0x7f && c != '"' && c != '\\'
+			if got := plainBytes(b); got != want {
+				t.Fatalf("plainBytes(%q) = %v, want %v", b, got, want)
+			}
+		}
+	}
+}
