@@ -44,6 +44,9 @@ test: services build
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime 5m ./spec
+	$(GO) test -run '^$$' -fuzz '^FuzzFastDecode$$' -fuzztime 2m ./runtime/codec
+	$(GO) test -run '^$$' -fuzz '^FuzzFastEncode$$' -fuzztime 2m ./runtime/codec
+	$(GO) test -run '^$$' -fuzz '^FuzzFastEncodeRoundTrip$$' -fuzztime 2m ./runtime/codec
 
 # The main job: the example flows with their example plugins against the
 # local RabbitMQ, until Ctrl-C (which drains). Send an order from another
