@@ -27,7 +27,8 @@ type AvroSchema struct {
 	// is registered under the type's subject.
 	Text string `yaml:"-"`
 
-	node *node // the value under avro:, until parsed
+	node  *node      // the value under avro:, until parsed
+	check *avroCheck // the one-pass check of a handler's JSON, once parsed
 }
 
 // IsAvro reports whether the type is an Avro schema rather than JSON Schema.
@@ -143,6 +144,7 @@ func (c *fileChecker) compileAvro(tc *typeCompiler, t *Type) {
 		return
 	}
 	a.Schema, a.Canonical, a.Text = s, s.String(), string(full)
+	a.check = compileAvroCheck(s)
 	t.Schema = json.RawMessage(full)
 	a.node = nil
 }
