@@ -160,7 +160,9 @@ func TestAvroCheckLeavesErrorsAlone(t *testing.T) {
 
 // FuzzAvroCheck compares the check's verdict with the tree's on the same
 // JSON: what the check takes, the tree must take, and ValidateJSON gives
-// the tree's answer every time.
+// the tree's verdict every time. (Its error is the tree's own; the text
+// is not compared here, because with two unknown keys, or two bad map
+// values, the tree names whichever Go's map order gives first.)
 func FuzzAvroCheck(f *testing.F) {
 	for _, tc := range checkCases {
 		f.Add(uint8(tc.schema), []byte(tc.json))
@@ -175,7 +177,7 @@ func FuzzAvroCheck(f *testing.F) {
 		if typ.Avro.check.fits(body) && tree != nil {
 			t.Fatalf("check(schema %d) takes %q, which the tree refuses: %v", int(schema)%len(types), body, tree)
 		}
-		if got := typ.ValidateJSON(body); fmt.Sprint(got) != fmt.Sprint(tree) {
+		if got := typ.ValidateJSON(body); (got == nil) != (tree == nil) {
 			t.Fatalf("ValidateJSON(%q) = %v, want the tree's %v", body, got, tree)
 		}
 	})
