@@ -208,7 +208,41 @@ func New(pl *plan.Plan, opts Options) (*Runtime, error) {
 	if r.codec, err = newCodec(pl, opts); err != nil {
 		return nil, err
 	}
+	if err := r.checkSchedulePayloads(); err != nil {
+		return nil, err
+	}
 	return r, nil
+}
+
+// checkSchedulePayloads refuses a schedule whose payload does not fit the
+// Avro type its firings are encoded by (encodeOwn's), the input of the
+// queue its exchange and routing key reach: the payload is the same at
+// every tick, so no firing of it could ever be sent. (A schedule sending
+// to a pipeline, itinerary or saga has its payload checked against their
+// input when the plan is compiled.)
+func (r *Runtime) checkSchedulePayloads() error {
+	if r.codec == nil {
+		return nil
+	}
+	var bad []string
+	for _, s := range r.plan.Schedules {
+		m, err := decide.TickMessage(r.plan, s, time.Now())
+		if err != nil {
+			continue // NewSchedules refused it already
+		}
+		typ := r.ownType(m)
+		if typ == nil {
+			continue
+		}
+		if err := typ.ValidateJSON(m.Body); err != nil {
+			bad = append(bad, fmt.Sprintf("%s: schedule %q of flow %q: its payload does not fit Avro type %s (%s), the input of what it sends to: %v; change the payload or the type",
+				s.At, s.Name, s.Flow, typ.Name, typ.Pos, err))
+		}
+	}
+	if len(bad) > 0 {
+		return errors.New(strings.Join(bad, "\n"))
+	}
+	return nil
 }
 
 // Supported returns an error wrapping plan.ErrUnsupported, naming each

@@ -1,11 +1,14 @@
 package runtime_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/acemq/acemq-flow/runtime"
 	"github.com/acemq/acemq-flow/runtime/codec"
+	"github.com/acemq/acemq-flow/runtime/plan"
+	"github.com/acemq/acemq-flow/spec"
 	"github.com/acemq/acemq-flow/stores"
 	"github.com/acemq/acemq-flow/stores/memory"
 	"github.com/acemq/acemq-flow/test/runtimetest"
@@ -52,5 +55,52 @@ func TestAScheduleFiresAvroToAnAvroInputType(t *testing.T) {
 	js, _, err := codec.New(st, codec.Options{}).Decode(t.Context(), nil, rec.Body)
 	if err != nil || string(js) != `{"id":"t-1","qty":1}` {
 		t.Fatalf("the firing decodes to %s (%v), want the schedule's payload", js, err)
+	}
+}
+
+// TestAScheduleWhosePayloadDoesNotFitItsAvroTypeIsRefused: a payload that
+// does not fit the Avro input of the queue a schedule's exchange and
+// routing key reach could never be encoded at any tick, so the runtime
+// refuses the plan at New, naming the schedule, where it is and the type,
+// instead of trying each tick again for ever. (A schedule sending to a
+// pipeline has its payload checked against the pipeline's input when the
+// plan is compiled.)
+func TestAScheduleWhosePayloadDoesNotFitItsAvroTypeIsRefused(t *testing.T) {
+	flow := avroLaterFlow + `schedules:
+  - {name: broken, every: 1s, send: {exchange: avl, routing_key: a, payload: {id: t-1, qty: many}}}
+`
+	set, err := spec.Load(testenv.FlowFS(flow), "f.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl, err := plan.Compile(set.Flows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := memory.Open(stores.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	_, err = runtime.New(pl, runtime.Options{AMQPURL: "amqp://127.0.0.1:1/", Registry: st, Schedules: st})
+	if err == nil {
+		t.Fatal("runtime.New accepted a schedule whose payload does not fit its Avro input type")
+	}
+	for _, want := range []string{`schedule "broken"`, `flow "avl"`, "Avro type Order", "f.yaml:", "qty"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the refusal %q does not name %q", err, want)
+		}
+	}
+	// The same flow with a payload that fits is accepted.
+	fits := strings.Replace(flow, "qty: many", "qty: 2", 1)
+	set, err = spec.Load(testenv.FlowFS(fits), "f.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pl, err = plan.Compile(set.Flows); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runtime.New(pl, runtime.Options{AMQPURL: "amqp://127.0.0.1:1/", Registry: st, Schedules: st}); err != nil {
+		t.Fatalf("runtime.New refused a schedule whose payload fits: %v", err)
 	}
 }
