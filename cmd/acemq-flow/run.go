@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -168,6 +170,12 @@ Traces: exported over OTLP when the standard OTEL_* environment asks
 				defer blobs.Close()
 				opts.Blobs = blobs
 				log.Info("blob store opened", "blobs", redactStore(blobsURL), "retention", blobRetention)
+				if dir, ok := strings.CutPrefix(blobsURL, "file:"); ok && !filepath.IsAbs(dir) {
+					// A relative directory is the working directory's: a
+					// runtime started from elsewhere would read another one.
+					abs, _ := filepath.Abs(dir)
+					log.Info("blob store directory is relative to the working directory; every runtime and send of these flows must use the same one", "directory", abs)
+				}
 			case cmd.Flags().Changed("blobs") || os.Getenv("ACEMQ_BLOBS_URL") != "":
 				return failed("%v", err)
 			default:
