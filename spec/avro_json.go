@@ -3,9 +3,11 @@ package spec
 import (
 	"encoding/base64"
 	"fmt"
+	"maps"
 	"math"
 	"math/big"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -178,7 +180,10 @@ func fromJSON(s avro.Schema, v any, at string) (any, error) {
 			return nil, jsonErr(at, "want an object (an Avro map), got %s", jsonKind(v))
 		}
 		out := make(map[string]any, len(m))
-		for k, x := range m {
+		// In key order, so that of two values that do not fit the error
+		// names the same one every time.
+		for _, k := range slices.Sorted(maps.Keys(m)) {
+			x := m[k]
 			y, err := fromJSON(s.Values(), x, at+"/"+pointerEscape(k))
 			if err != nil {
 				return nil, err
@@ -207,7 +212,7 @@ func fromJSON(s avro.Schema, v any, at string) (any, error) {
 			out[f.Name()] = y
 		}
 		if len(m) > len(out) {
-			for k := range m {
+			for _, k := range slices.Sorted(maps.Keys(m)) { // the first unknown key, every time
 				if !hasField(s, k) {
 					return nil, jsonErr(at+"/"+pointerEscape(k), "record %s has no field %q (its fields: %s)", s.FullName(), k, avroFieldList(s))
 				}
@@ -478,7 +483,11 @@ func logicalFromJSON(s avro.Schema, l avro.LogicalSchema, v any, at string) (out
 			return want(`a duration {"months": n, "days": n, "milliseconds": n}`)
 		}
 		var d avro.LogicalDuration
-		for k, p := range map[string]*uint32{"months": &d.Months, "days": &d.Days, "milliseconds": &d.Milliseconds} {
+		for _, f := range []struct {
+			k string
+			p *uint32
+		}{{"months", &d.Months}, {"days", &d.Days}, {"milliseconds", &d.Milliseconds}} {
+			k, p := f.k, f.p
 			n, ok := integer(m[k])
 			if m[k] == nil {
 				n, ok = 0, true
