@@ -1,13 +1,11 @@
 package spec
 
 import (
-	"encoding/binary"
 	"math"
-	"strconv"
-	"unicode/utf16"
-	"unicode/utf8"
 
 	"github.com/hamba/avro/v2"
+
+	"github.com/acemq/acemq-flow/internal/jsonscan"
 )
 
 // avroCheck is a check-only plan of an Avro schema for the JSON a handler
@@ -114,14 +112,6 @@ func compileCheck(s avro.Schema, records map[string]*avroCheck) *avroCheck {
 	return &avroCheck{}
 }
 
-// checkState is one JSON document being checked, read from in at pos; key
-// holds an escaped string unescaped.
-type checkState struct {
-	in  []byte
-	pos int
-	key []byte
-}
-
 // fits reports whether the JSON document body surely fits c: it is one
 // JSON value (whitespace around it only) that AvroFromJSON takes. A nil
 // check fits nothing.
@@ -129,56 +119,36 @@ func (c *avroCheck) fits(body []byte) bool {
 	if c == nil {
 		return false
 	}
-	st := checkState{in: body}
+	st := jsonscan.Scanner{In: body}
 	if !c.value(&st, 0) {
 		return false
 	}
-	st.ws()
-	return st.pos == len(st.in)
+	st.WS()
+	return st.Pos == len(st.In)
 }
 
-func (st *checkState) ws() {
-	for st.pos < len(st.in) {
-		switch st.in[st.pos] {
-		case ' ', '\t', '\n', '\r':
-			st.pos++
-		default:
-			return
-		}
-	}
-}
-
-// peek returns the next byte after whitespace, 0 at the end.
-func (st *checkState) peek() byte {
-	st.ws()
-	if st.pos >= len(st.in) {
-		return 0
-	}
-	return st.in[st.pos]
-}
-
-func (c *avroCheck) value(st *checkState, depth int) bool {
+func (c *avroCheck) value(st *jsonscan.Scanner, depth int) bool {
 	if depth > checkMaxDepth {
 		return false
 	}
-	ch := st.peek()
+	ch := st.Peek()
 	switch c.kind {
 	case checkNull:
-		return ch == 'n' && st.literal("null")
+		return ch == 'n' && st.Literal("null")
 	case checkBoolean:
 		switch ch {
 		case 't':
-			return st.literal("true")
+			return st.Literal("true")
 		case 'f':
-			return st.literal("false")
+			return st.Literal("false")
 		}
 		return false
 	case checkInt, checkLong:
 		if ch != '-' && (ch < '0' || ch > '9') {
 			return false
 		}
-		n, ok := st.integer()
-		if !ok {
+		n, whole, ok := st.Integer()
+		if !ok || !whole {
 			return false
 		}
 		return c.kind == checkLong || n >= math.MinInt32 && n <= math.MaxInt32
@@ -186,7 +156,7 @@ func (c *avroCheck) value(st *checkState, depth int) bool {
 		if ch == '"' {
 			// "NaN", "Infinity" and "-Infinity" are numbers too (float);
 			// no other string is.
-			k, ok := st.readString()
+			k, ok := st.ReadString()
 			if !ok {
 				return false
 			}
@@ -199,18 +169,19 @@ func (c *avroCheck) value(st *checkState, depth int) bool {
 		if ch != '-' && (ch < '0' || ch > '9') {
 			return false
 		}
-		return st.double()
+		_, ok := st.Double()
+		return ok
 	case checkString:
 		if ch != '"' {
 			return false
 		}
-		_, ok := st.readString()
+		_, ok := st.ReadString()
 		return ok
 	case checkEnum:
 		if ch != '"' {
 			return false
 		}
-		k, ok := st.readString()
+		k, ok := st.ReadString()
 		if !ok {
 			return false
 		}
@@ -232,295 +203,21 @@ func (c *avroCheck) value(st *checkState, depth int) bool {
 	return false
 }
 
-func (st *checkState) literal(word string) bool {
-	if len(st.in)-st.pos < len(word) || string(st.in[st.pos:st.pos+len(word)]) != word {
-		return false
-	}
-	st.pos += len(word)
-	return true
-}
-
-// number reads a JSON number's text; integral says it has neither a
-// fraction nor an exponent.
-func (st *checkState) number() (text []byte, integral, ok bool) {
-	in, i := st.in, st.pos
-	start := i
-	if i < len(in) && in[i] == '-' {
-		i++
-	}
-	switch {
-	case i < len(in) && in[i] == '0':
-		i++
-	case i < len(in) && in[i] >= '1' && in[i] <= '9':
-		for i < len(in) && in[i] >= '0' && in[i] <= '9' {
-			i++
-		}
-	default:
-		return nil, false, false
-	}
-	integral = true
-	if i < len(in) && in[i] == '.' {
-		integral = false
-		i++
-		d := i
-		for i < len(in) && in[i] >= '0' && in[i] <= '9' {
-			i++
-		}
-		if i == d {
-			return nil, false, false
-		}
-	}
-	if i < len(in) && (in[i] == 'e' || in[i] == 'E') {
-		integral = false
-		i++
-		if i < len(in) && (in[i] == '+' || in[i] == '-') {
-			i++
-		}
-		d := i
-		for i < len(in) && in[i] >= '0' && in[i] <= '9' {
-			i++
-		}
-		if i == d {
-			return nil, false, false
-		}
-	}
-	st.pos = i
-	return in[start:i], integral, true
-}
-
-// checkParseInt is strconv.ParseInt(text, 10, 64) for a JSON integer's
-// text.
-func checkParseInt(text []byte) (int64, bool) {
-	neg := text[0] == '-'
-	digits := text
-	if neg {
-		digits = text[1:]
-	}
-	if len(digits) > 18 {
-		n, err := strconv.ParseInt(string(text), 10, 64)
-		return n, err == nil
-	}
-	var n int64
-	for _, d := range digits {
-		n = n*10 + int64(d-'0')
-	}
-	if neg {
-		n = -n
-	}
-	return n, true
-}
-
-// integer reads a number for an int or long as DecodeJSON and integer()
-// take it: an integer that fits int64 as itself, any other number that
-// parses and is whole (1.0, 1e3) and below 2^63 in size as its value.
-func (st *checkState) integer() (int64, bool) {
-	text, integral, ok := st.number()
-	if !ok {
-		return 0, false
-	}
-	if integral {
-		if n, ok := checkParseInt(text); ok {
-			return n, true
-		}
-	}
-	f, err := strconv.ParseFloat(string(text), 64)
-	if err != nil || f != math.Trunc(f) || math.Abs(f) >= 1<<63 {
-		return 0, false
-	}
-	return int64(f), true
-}
-
-// double reports whether the number at st.pos is one DecodeJSON reads
-// without a range error.
-func (st *checkState) double() bool {
-	text, integral, ok := st.number()
-	if !ok {
-		return false
-	}
-	if integral {
-		if _, ok := checkParseInt(text); ok {
-			return true
-		}
-	}
-	_, err := strconv.ParseFloat(string(text), 64)
-	return err == nil
-}
-
-// plain returns the length of the string at st.pos (its opening quote)
-// when it has no escape, up to its closing quote; -1 when it has one (or
-// a byte plain does not take).
-func (st *checkState) plain() int {
-	in := st.in
-	for i := st.pos + 1; i < len(in); {
-		for i+8 <= len(in) && !checkSpecial8(binary.LittleEndian.Uint64(in[i:])) {
-			i += 8
-		}
-		for i < len(in) && checkPlainASCII[in[i]] {
-			i++
-		}
-		if i >= len(in) {
-			break
-		}
-		c := in[i]
-		switch {
-		case c == '"':
-			return i - st.pos - 1
-		case c == '\\' || c < 0x20:
-			return -1
-		case c < utf8.RuneSelf:
-			i++
-		default:
-			r, size := utf8.DecodeRune(in[i:])
-			if r == utf8.RuneError && size == 1 {
-				return -1
-			}
-			i += size
-		}
-	}
-	return -1
-}
-
-// checkSpecial8 reports whether one of the eight bytes of w is one
-// checkPlainASCII does not hold: below 0x20, from 0x80, '"' or '\\'
-// ("determine if a word has a byte less than n" and "has a zero byte",
-// Bit Twiddling Hacks; exact for whether any byte is).
-func checkSpecial8(w uint64) bool {
-	const ones, highs = 0x0101010101010101, 0x8080808080808080
-	less := (w - ones*0x20) &^ w & highs
-	quote, backslash := w^(ones*'"'), w^(ones*'\\')
-	zero := (quote-ones)&^quote&highs | (backslash-ones)&^backslash&highs
-	return less|w&highs|zero != 0
-}
-
-// checkPlainASCII holds the bytes a JSON string holds as themselves:
-// printable ASCII but '"' and '\\'.
-var checkPlainASCII = func() (t [256]bool) {
-	for c := 0x20; c < utf8.RuneSelf; c++ {
-		t[c] = c != '"' && c != '\\'
-	}
-	return t
-}()
-
-// readString reads the JSON string at st.pos: a slice of the input when
-// it has no escape, else unescaped into st.key. It is valid until the
-// next string read; false for a string encoding/json would change
-// (invalid UTF-8, a lone surrogate) or that is not JSON.
-func (st *checkState) readString() ([]byte, bool) {
-	if n := st.plain(); n >= 0 {
-		k := st.in[st.pos+1 : st.pos+1+n]
-		st.pos += n + 2
-		return k, true
-	}
-	var ok bool
-	st.key, ok = st.unquote(st.key[:0])
-	return st.key, ok
-}
-
-// unquote appends the JSON string at st.pos unescaped to dst as
-// encoding/json reads it, and moves past it.
-func (st *checkState) unquote(dst []byte) ([]byte, bool) {
-	in := st.in
-	i := st.pos + 1
-	for i < len(in) {
-		c := in[i]
-		switch {
-		case c == '"':
-			st.pos = i + 1
-			return dst, true
-		case c < 0x20:
-			return dst, false
-		case c == '\\':
-			if i+1 >= len(in) {
-				return dst, false
-			}
-			i += 2
-			switch in[i-1] {
-			case '"', '\\', '/':
-				dst = append(dst, in[i-1])
-			case 'b':
-				dst = append(dst, '\b')
-			case 'f':
-				dst = append(dst, '\f')
-			case 'n':
-				dst = append(dst, '\n')
-			case 'r':
-				dst = append(dst, '\r')
-			case 't':
-				dst = append(dst, '\t')
-			case 'u':
-				r, ok := checkHex4(in, i)
-				if !ok {
-					return dst, false
-				}
-				i += 4
-				if utf16.IsSurrogate(r) {
-					if i+1 >= len(in) || in[i] != '\\' || in[i+1] != 'u' {
-						return dst, false
-					}
-					r2, ok := checkHex4(in, i+2)
-					if !ok {
-						return dst, false
-					}
-					if r = utf16.DecodeRune(r, r2); r == utf8.RuneError {
-						return dst, false
-					}
-					i += 6
-				}
-				dst = utf8.AppendRune(dst, r)
-			default:
-				return dst, false
-			}
-		case c < utf8.RuneSelf:
-			dst = append(dst, c)
-			i++
-		default:
-			r, size := utf8.DecodeRune(in[i:])
-			if r == utf8.RuneError && size == 1 {
-				return dst, false
-			}
-			dst = append(dst, in[i:i+size]...)
-			i += size
-		}
-	}
-	return dst, false
-}
-
-func checkHex4(in []byte, i int) (rune, bool) {
-	if len(in)-i < 4 {
-		return 0, false
-	}
-	var r rune
-	for _, c := range in[i : i+4] {
-		switch {
-		case c >= '0' && c <= '9':
-			c -= '0'
-		case c >= 'a' && c <= 'f':
-			c = c - 'a' + 10
-		case c >= 'A' && c <= 'F':
-			c = c - 'A' + 10
-		default:
-			return 0, false
-		}
-		r = r<<4 | rune(c)
-	}
-	return r, true
-}
-
-func (c *avroCheck) array(st *checkState, depth int) bool {
-	st.pos++ // '['
-	if st.peek() == ']' {
-		st.pos++
+func (c *avroCheck) array(st *jsonscan.Scanner, depth int) bool {
+	st.Pos++ // '['
+	if st.Peek() == ']' {
+		st.Pos++
 		return true
 	}
 	for {
 		if !c.items.value(st, depth+1) {
 			return false
 		}
-		switch st.peek() {
+		switch st.Peek() {
 		case ',':
-			st.pos++
+			st.Pos++
 		case ']':
-			st.pos++
+			st.Pos++
 			return true
 		default:
 			return false
@@ -530,31 +227,31 @@ func (c *avroCheck) array(st *checkState, depth int) bool {
 
 // mapValue checks an Avro map: every value fits (a key given twice is
 // then no matter: whichever encoding/json keeps fits).
-func (c *avroCheck) mapValue(st *checkState, depth int) bool {
-	st.pos++ // '{'
-	if st.peek() == '}' {
-		st.pos++
+func (c *avroCheck) mapValue(st *jsonscan.Scanner, depth int) bool {
+	st.Pos++ // '{'
+	if st.Peek() == '}' {
+		st.Pos++
 		return true
 	}
 	for {
-		if st.peek() != '"' {
+		if st.Peek() != '"' {
 			return false
 		}
-		if _, ok := st.readString(); !ok {
+		if _, ok := st.ReadString(); !ok {
 			return false
 		}
-		if st.peek() != ':' {
+		if st.Peek() != ':' {
 			return false
 		}
-		st.pos++
+		st.Pos++
 		if !c.items.value(st, depth+1) {
 			return false
 		}
-		switch st.peek() {
+		switch st.Peek() {
 		case ',':
-			st.pos++
+			st.Pos++
 		case '}':
-			st.pos++
+			st.Pos++
 			return true
 		default:
 			return false
@@ -562,8 +259,8 @@ func (c *avroCheck) mapValue(st *checkState, depth int) bool {
 	}
 }
 
-func (c *avroCheck) record(st *checkState, depth int) bool {
-	st.pos++ // '{'
+func (c *avroCheck) record(st *jsonscan.Scanner, depth int) bool {
+	st.Pos++ // '{'
 	var small [64]bool
 	seen := small[:0]
 	if len(c.fields) <= len(small) {
@@ -571,14 +268,14 @@ func (c *avroCheck) record(st *checkState, depth int) bool {
 	} else {
 		seen = make([]bool, len(c.fields))
 	}
-	if st.peek() == '}' {
-		st.pos++
+	if st.Peek() == '}' {
+		st.Pos++
 	} else {
 		for {
-			if st.peek() != '"' {
+			if st.Peek() != '"' {
 				return false
 			}
-			k, ok := st.readString()
+			k, ok := st.ReadString()
 			if !ok {
 				return false
 			}
@@ -595,19 +292,19 @@ func (c *avroCheck) record(st *checkState, depth int) bool {
 				return false
 			}
 			seen[i] = true
-			if st.peek() != ':' {
+			if st.Peek() != ':' {
 				return false
 			}
-			st.pos++
+			st.Pos++
 			if !c.fields[i].check.value(st, depth+1) {
 				return false
 			}
-			switch st.peek() {
+			switch st.Peek() {
 			case ',':
-				st.pos++
+				st.Pos++
 				continue
 			case '}':
-				st.pos++
+				st.Pos++
 			default:
 				return false
 			}
@@ -627,11 +324,11 @@ func (c *avroCheck) record(st *checkState, depth int) bool {
 // takes the first that does, so the value is valid whichever fits here);
 // else {"<branch>": value} with the value fitting the first branch that
 // key names.
-func (c *avroCheck) unionValue(st *checkState, ch byte, depth int) bool {
+func (c *avroCheck) unionValue(st *jsonscan.Scanner, ch byte, depth int) bool {
 	if ch == 'n' {
-		return c.null && st.literal("null")
+		return c.null && st.Literal("null")
 	}
-	from := st.pos
+	from := st.Pos
 	for _, b := range c.union {
 		if b.kind == checkNull {
 			continue
@@ -639,16 +336,16 @@ func (c *avroCheck) unionValue(st *checkState, ch byte, depth int) bool {
 		if b.value(st, depth+1) {
 			return true
 		}
-		st.pos = from
+		st.Pos = from
 	}
 	if ch != '{' {
 		return false
 	}
-	st.pos++
-	if st.peek() != '"' {
+	st.Pos++
+	if st.Peek() != '"' {
 		return false
 	}
-	k, ok := st.readString()
+	k, ok := st.ReadString()
 	if !ok {
 		return false
 	}
@@ -659,17 +356,17 @@ func (c *avroCheck) unionValue(st *checkState, ch byte, depth int) bool {
 			break
 		}
 	}
-	if i < 0 || st.peek() != ':' {
+	if i < 0 || st.Peek() != ':' {
 		return false
 	}
-	st.pos++
+	st.Pos++
 	if !c.union[i].value(st, depth+1) {
 		return false
 	}
 	// The object must have that one key only.
-	if st.peek() != '}' {
+	if st.Peek() != '}' {
 		return false
 	}
-	st.pos++
+	st.Pos++
 	return true
 }

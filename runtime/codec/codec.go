@@ -426,7 +426,7 @@ func (c *Codec) Encode(ctx context.Context, t *spec.Type, jsonBody []byte) ([]by
 		st := c.encStates.Get().(*encState)
 		var frame [FrameSize]byte
 		out, ok := enc.encode(st, append(st.out[:0], frame[:]...), jsonBody)
-		st.out, st.in = out[:0], nil
+		st.out, st.In = out[:0], nil
 		var id int
 		var err error
 		if ok {
@@ -435,7 +435,7 @@ func (c *Codec) Encode(ctx context.Context, t *spec.Type, jsonBody []byte) ([]by
 				out = bytes.Clone(out)
 			}
 		}
-		if cap(st.out) <= maxPooled && cap(st.key) <= maxPooled {
+		if cap(st.out) <= maxPooled && cap(st.Key) <= maxPooled {
 			c.encStates.Put(st)
 		}
 		switch {

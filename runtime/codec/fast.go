@@ -7,6 +7,8 @@ import (
 	"strconv"
 
 	"github.com/hamba/avro/v2"
+
+	"github.com/acemq/acemq-flow/internal/jsonscan"
 )
 
 // fastDecoder reads Avro binary of one schema straight to the JSON a
@@ -252,6 +254,11 @@ func (d *fastDecoder) value(dst []byte, r *fastReader, depth int) ([]byte, bool)
 	return dst, false
 }
 
+const (
+	ones  = 0x0101010101010101
+	highs = 0x8080808080808080
+)
+
 // plainBytes reports whether s needs no escape in JSON and is written by
 // encoding/json as itself: printable ASCII other than '"' and '\\' (DEL
 // included), checked eight bytes at a time.
@@ -260,7 +267,7 @@ func plainBytes(s []byte) bool {
 	for ; i+8 <= len(s); i += 8 {
 		w := binary.LittleEndian.Uint64(s[i:])
 		del := w ^ (ones * 0x7f)
-		if special8(w) || (del-ones)&^del&highs != 0 {
+		if jsonscan.Special8(w) || (del-ones)&^del&highs != 0 {
 			return false
 		}
 	}

@@ -3,11 +3,10 @@ package codec
 import (
 	"encoding/binary"
 	"math"
-	"strconv"
-	"unicode/utf16"
-	"unicode/utf8"
 
 	"github.com/hamba/avro/v2"
+
+	"github.com/acemq/acemq-flow/internal/jsonscan"
 )
 
 // fastEncoder writes a handler's JSON output of one schema straight to
@@ -150,46 +149,24 @@ const (
 	encDecline
 )
 
-// encState is one output being encoded: the JSON read from in at pos, the
-// binary appended to out; key holds an escaped record key unescaped.
+// encState is one output being encoded: the JSON read by the Scanner, the
+// binary appended to out.
 type encState struct {
-	in  []byte
-	pos int
+	jsonscan.Scanner
 	out []byte
-	key []byte
 }
 
 // encode appends the Avro binary of the JSON document in to dst; false
 // (dst's new bytes meaningless) when the fast path does not take it (see
 // fastEncoder).
 func (e *fastEncoder) encode(st *encState, dst, in []byte) ([]byte, bool) {
-	st.in, st.pos, st.out = in, 0, dst
+	st.In, st.Pos, st.out = in, 0, dst
 	s := e.value(st, 0)
-	st.ws()
+	st.WS()
 	// What follows the value must be only whitespace (spec.DecodeJSON
 	// refuses more values, and takes a stray ']' or '}': the general path
 	// decides those).
-	return st.out, s == encOK && st.pos == len(st.in)
-}
-
-func (st *encState) ws() {
-	for st.pos < len(st.in) {
-		switch st.in[st.pos] {
-		case ' ', '\t', '\n', '\r':
-			st.pos++
-		default:
-			return
-		}
-	}
-}
-
-// peek returns the next byte after whitespace, 0 at the end.
-func (st *encState) peek() byte {
-	st.ws()
-	if st.pos >= len(st.in) {
-		return 0
-	}
-	return st.in[st.pos]
+	return st.out, s == encOK && st.Pos == len(st.In)
 }
 
 func appendLong(dst []byte, v int64) []byte {
@@ -200,24 +177,27 @@ func (e *fastEncoder) value(st *encState, depth int) encStatus {
 	if depth > maxDepth {
 		return encDecline
 	}
-	c := st.peek()
+	c := st.Peek()
 	switch e.kind {
 	case avro.Null:
 		if c != 'n' {
 			return st.other(c)
 		}
-		return st.literal("null")
+		if !st.Literal("null") {
+			return encDecline
+		}
+		return encOK
 	case avro.Boolean:
 		switch c {
 		case 't':
-			if s := st.literal("true"); s != encOK {
-				return s
+			if !st.Literal("true") {
+				return encDecline
 			}
 			st.out = append(st.out, 1)
 			return encOK
 		case 'f':
-			if s := st.literal("false"); s != encOK {
-				return s
+			if !st.Literal("false") {
+				return encDecline
 			}
 			st.out = append(st.out, 0)
 			return encOK
@@ -227,9 +207,12 @@ func (e *fastEncoder) value(st *encState, depth int) encStatus {
 		if c != '-' && (c < '0' || c > '9') {
 			return st.other(c)
 		}
-		n, s := st.integer()
-		if s != encOK {
-			return s
+		n, whole, ok := st.Integer()
+		if !ok {
+			return encDecline
+		}
+		if !whole {
+			return encMismatch
 		}
 		if e.kind == avro.Int && (n < math.MinInt32 || n > math.MaxInt32) {
 			return encMismatch
@@ -240,7 +223,7 @@ func (e *fastEncoder) value(st *encState, depth int) encStatus {
 		if c == '"' {
 			// "NaN", "Infinity" and "-Infinity" are doubles too, as
 			// math.NaN() and math.Inf write them; no other string is.
-			k, ok := st.readKey()
+			k, ok := st.ReadString()
 			if !ok {
 				return encDecline
 			}
@@ -261,9 +244,9 @@ func (e *fastEncoder) value(st *encState, depth int) encStatus {
 		if c != '-' && (c < '0' || c > '9') {
 			return st.other(c)
 		}
-		f, s := st.double()
-		if s != encOK {
-			return s
+		f, ok := st.Double()
+		if !ok {
+			return encDecline
 		}
 		st.out = binary.LittleEndian.AppendUint64(st.out, math.Float64bits(f))
 		return encOK
@@ -276,7 +259,7 @@ func (e *fastEncoder) value(st *encState, depth int) encStatus {
 		if c != '"' {
 			return st.other(c)
 		}
-		k, ok := st.readKey()
+		k, ok := st.ReadString()
 		if !ok {
 			return encDecline
 		}
@@ -314,363 +297,21 @@ func (st *encState) other(c byte) encStatus {
 	return encDecline
 }
 
-func (st *encState) literal(word string) encStatus {
-	if len(st.in)-st.pos < len(word) || string(st.in[st.pos:st.pos+len(word)]) != word {
-		return encDecline
-	}
-	st.pos += len(word)
-	return encOK
-}
-
-// number reads a JSON number's text; integral says it has neither a
-// fraction nor an exponent.
-func (st *encState) number() (text []byte, integral, ok bool) {
-	in, i := st.in, st.pos
-	start := i
-	if i < len(in) && in[i] == '-' {
-		i++
-	}
-	switch {
-	case i < len(in) && in[i] == '0':
-		i++
-	case i < len(in) && in[i] >= '1' && in[i] <= '9':
-		for i < len(in) && in[i] >= '0' && in[i] <= '9' {
-			i++
-		}
-	default:
-		return nil, false, false
-	}
-	integral = true
-	if i < len(in) && in[i] == '.' {
-		integral = false
-		i++
-		d := i
-		for i < len(in) && in[i] >= '0' && in[i] <= '9' {
-			i++
-		}
-		if i == d {
-			return nil, false, false
-		}
-	}
-	if i < len(in) && (in[i] == 'e' || in[i] == 'E') {
-		integral = false
-		i++
-		if i < len(in) && (in[i] == '+' || in[i] == '-') {
-			i++
-		}
-		d := i
-		for i < len(in) && in[i] >= '0' && in[i] <= '9' {
-			i++
-		}
-		if i == d {
-			return nil, false, false
-		}
-	}
-	st.pos = i
-	return in[start:i], integral, true
-}
-
-// parseInt is strconv.ParseInt(text, 10, 64) for a JSON integer's text.
-func parseInt(text []byte) (int64, bool) {
-	neg := text[0] == '-'
-	digits := text
-	if neg {
-		digits = text[1:]
-	}
-	if len(digits) > 18 {
-		n, err := strconv.ParseInt(string(text), 10, 64)
-		return n, err == nil
-	}
-	var n int64
-	for _, d := range digits {
-		n = n*10 + int64(d-'0')
-	}
-	if neg {
-		n = -n
-	}
-	return n, true
-}
-
-// integer reads a number for an int or long as spec.DecodeJSON and
-// spec.AvroFromJSON take it: an integer as itself, any other number that
-// is whole (1.0, 1e3) as its value.
-func (st *encState) integer() (int64, encStatus) {
-	text, integral, ok := st.number()
-	if !ok {
-		return 0, encDecline
-	}
-	if integral {
-		if n, ok := parseInt(text); ok {
-			return n, encOK
-		}
-		return 0, encDecline
-	}
-	f, err := strconv.ParseFloat(string(text), 64)
-	if err != nil {
-		return 0, encDecline
-	}
-	if f != math.Trunc(f) || math.Abs(f) >= 1<<63 {
-		return 0, encMismatch
-	}
-	return int64(f), encOK
-}
-
-// double reads a number for a double as spec.DecodeJSON gives it: an
-// integer that fits int64 converted from it, any other parsed as float.
-func (st *encState) double() (float64, encStatus) {
-	text, integral, ok := st.number()
-	if !ok {
-		return 0, encDecline
-	}
-	if integral {
-		if n, ok := parseInt(text); ok {
-			return float64(n), encOK
-		}
-	}
-	f, err := strconv.ParseFloat(string(text), 64)
-	if err != nil {
-		return 0, encDecline
-	}
-	return f, encOK
-}
-
-// plain returns the length of the string at st.pos (its opening quote)
-// when it has no escape, up to its closing quote; -1 when it has one (or
-// a byte the fast path does not take).
-func (st *encState) plain() int {
-	in := st.in
-	for i := st.pos + 1; i < len(in); {
-		for i+8 <= len(in) && !special8(binary.LittleEndian.Uint64(in[i:])) {
-			i += 8
-		}
-		for i < len(in) && plainASCII[in[i]] {
-			i++
-		}
-		if i >= len(in) {
-			break
-		}
-		c := in[i]
-		switch {
-		case c == '"':
-			return i - st.pos - 1
-		case c == '\\' || c < 0x20:
-			return -1
-		case c < utf8.RuneSelf:
-			i++
-		default:
-			r, size := utf8.DecodeRune(in[i:])
-			if r == utf8.RuneError && size == 1 {
-				return -1
-			}
-			i += size
-		}
-	}
-	return -1
-}
-
-const (
-	ones  = 0x0101010101010101
-	highs = 0x8080808080808080
-)
-
-// special8 reports whether one of the eight bytes of w is one plainASCII
-// does not hold: below 0x20, from 0x80, '"' or '\\' ("determine if a
-// word has a byte less than n" and "has a zero byte", Bit Twiddling Hacks;
-// exact for whether any byte is).
-func special8(w uint64) bool {
-	less := (w - ones*0x20) &^ w & highs
-	quote, backslash := w^(ones*'"'), w^(ones*'\\')
-	zero := (quote-ones)&^quote&highs | (backslash-ones)&^backslash&highs
-	return less|w&highs|zero != 0
-}
-
-// plainASCII holds the bytes a JSON string holds as themselves: printable
-// ASCII but '"' and '\\'.
-var plainASCII = func() (t [256]bool) {
-	for c := 0x20; c < utf8.RuneSelf; c++ {
-		t[c] = c != '"' && c != '\\'
-	}
-	return t
-}()
-
-// string writes the JSON string at st.pos as an Avro string.
+// string writes the JSON string at st.Pos as an Avro string.
 func (st *encState) string() encStatus {
-	if n := st.plain(); n >= 0 {
+	if n := st.Plain(); n >= 0 {
 		st.out = appendLong(st.out, int64(n))
-		st.out = append(st.out, st.in[st.pos+1:st.pos+1+n]...)
-		st.pos += n + 2
+		st.out = append(st.out, st.In[st.Pos+1:st.Pos+1+n]...)
+		st.Pos += n + 2
 		return encOK
 	}
 	var ok bool
-	if st.key, ok = st.unquote(st.key[:0]); !ok {
+	if st.Key, ok = st.Unquote(st.Key[:0]); !ok {
 		return encDecline
 	}
-	st.out = appendLong(st.out, int64(len(st.key)))
-	st.out = append(st.out, st.key...)
+	st.out = appendLong(st.out, int64(len(st.Key)))
+	st.out = append(st.out, st.Key...)
 	return encOK
-}
-
-// readKey reads the JSON string at st.pos: a slice of the input when it
-// has no escape, else unescaped into st.key. It is valid until the next
-// string read.
-func (st *encState) readKey() ([]byte, bool) {
-	if n := st.plain(); n >= 0 {
-		k := st.in[st.pos+1 : st.pos+1+n]
-		st.pos += n + 2
-		return k, true
-	}
-	var ok bool
-	st.key, ok = st.unquote(st.key[:0])
-	return st.key, ok
-}
-
-// unquote appends the JSON string at st.pos unescaped to dst as
-// encoding/json reads it, and moves past it; false for a string it would
-// change (invalid UTF-8, a lone surrogate) or that is not JSON.
-func (st *encState) unquote(dst []byte) ([]byte, bool) {
-	in := st.in
-	i := st.pos + 1
-	for i < len(in) {
-		c := in[i]
-		switch {
-		case c == '"':
-			st.pos = i + 1
-			return dst, true
-		case c < 0x20:
-			return dst, false
-		case c == '\\':
-			if i+1 >= len(in) {
-				return dst, false
-			}
-			i += 2
-			switch in[i-1] {
-			case '"', '\\', '/':
-				dst = append(dst, in[i-1])
-			case 'b':
-				dst = append(dst, '\b')
-			case 'f':
-				dst = append(dst, '\f')
-			case 'n':
-				dst = append(dst, '\n')
-			case 'r':
-				dst = append(dst, '\r')
-			case 't':
-				dst = append(dst, '\t')
-			case 'u':
-				r, ok := hex4(in, i)
-				if !ok {
-					return dst, false
-				}
-				i += 4
-				if utf16.IsSurrogate(r) {
-					if i+1 >= len(in) || in[i] != '\\' || in[i+1] != 'u' {
-						return dst, false
-					}
-					r2, ok := hex4(in, i+2)
-					if !ok {
-						return dst, false
-					}
-					if r = utf16.DecodeRune(r, r2); r == utf8.RuneError {
-						return dst, false
-					}
-					i += 6
-				}
-				dst = utf8.AppendRune(dst, r)
-			default:
-				return dst, false
-			}
-		case c < utf8.RuneSelf:
-			dst = append(dst, c)
-			i++
-		default:
-			r, size := utf8.DecodeRune(in[i:])
-			if r == utf8.RuneError && size == 1 {
-				return dst, false
-			}
-			dst = append(dst, in[i:i+size]...)
-			i += size
-		}
-	}
-	return dst, false
-}
-
-func hex4(in []byte, i int) (rune, bool) {
-	if len(in)-i < 4 {
-		return 0, false
-	}
-	var r rune
-	for _, c := range in[i : i+4] {
-		switch {
-		case c >= '0' && c <= '9':
-			c -= '0'
-		case c >= 'a' && c <= 'f':
-			c = c - 'a' + 10
-		case c >= 'A' && c <= 'F':
-			c = c - 'A' + 10
-		default:
-			return 0, false
-		}
-		r = r<<4 | rune(c)
-	}
-	return r, true
-}
-
-// skip moves past one JSON value, checking that it is JSON (as unquote
-// checks strings); false when it is not, or nests deeper than maxDepth.
-func (st *encState) skip(depth int) bool {
-	if depth > maxDepth {
-		return false
-	}
-	switch c := st.peek(); {
-	case c == '{' || c == '[':
-		end := byte('}')
-		if c == '[' {
-			end = ']'
-		}
-		st.pos++
-		if st.peek() == end {
-			st.pos++
-			return true
-		}
-		for {
-			if c == '{' {
-				if st.peek() != '"' {
-					return false
-				}
-				if _, ok := st.readKey(); !ok {
-					return false
-				}
-				if st.peek() != ':' {
-					return false
-				}
-				st.pos++
-			}
-			if !st.skip(depth + 1) {
-				return false
-			}
-			switch st.peek() {
-			case ',':
-				st.pos++
-			case end:
-				st.pos++
-				return true
-			default:
-				return false
-			}
-		}
-	case c == '"':
-		_, ok := st.readKey()
-		return ok
-	case c == 't':
-		return st.literal("true") == encOK
-	case c == 'f':
-		return st.literal("false") == encOK
-	case c == 'n':
-		return st.literal("null") == encOK
-	default:
-		_, _, ok := st.number()
-		return ok
-	}
 }
 
 // blockLength is hamba/avro's default block length: an array's items are
@@ -678,9 +319,9 @@ func (st *encState) skip(depth int) bool {
 const blockLength = 100
 
 func (e *fastEncoder) array(st *encState, depth int) encStatus {
-	st.pos++ // '['
-	if st.peek() == ']' {
-		st.pos++
+	st.Pos++ // '['
+	if st.Peek() == ']' {
+		st.Pos++
 		st.out = append(st.out, 0)
 		return encOK
 	}
@@ -693,12 +334,12 @@ func (e *fastEncoder) array(st *encState, depth int) encStatus {
 			st.closeBlock(block, n)
 			block, n = len(st.out), 0
 		}
-		switch st.peek() {
+		switch st.Peek() {
 		case ',':
-			st.pos++
+			st.Pos++
 			continue
 		case ']':
-			st.pos++
+			st.Pos++
 		default:
 			return encDecline
 		}
@@ -729,7 +370,7 @@ func (st *encState) closeBlock(start, n int) {
 }
 
 func (e *fastEncoder) record(st *encState, depth int) encStatus {
-	st.pos++ // '{'
+	st.Pos++ // '{'
 	start := len(st.out)
 	var small [16][2]int
 	spans := small[:0]
@@ -740,14 +381,14 @@ func (e *fastEncoder) record(st *encState, depth int) encStatus {
 		spans = append(spans, [2]int{-1, -1})
 	}
 	inOrder, next, mismatched := true, 0, false
-	if st.peek() == '}' {
-		st.pos++
+	if st.Peek() == '}' {
+		st.Pos++
 	} else {
 		for {
-			if st.peek() != '"' {
+			if st.Peek() != '"' {
 				return encDecline
 			}
-			k, ok := st.readKey()
+			k, ok := st.ReadString()
 			if !ok {
 				return encDecline
 			}
@@ -764,18 +405,18 @@ func (e *fastEncoder) record(st *encState, depth int) encStatus {
 			if spans[i][0] >= 0 {
 				return encDecline // given twice: encoding/json keeps the last
 			}
-			if st.peek() != ':' {
+			if st.Peek() != ':' {
 				return encDecline
 			}
-			st.pos++
-			from, a := st.pos, len(st.out)
+			st.Pos++
+			from, a := st.Pos, len(st.out)
 			switch s := e.fields[i].enc.value(st, depth+1); s {
 			case encDecline:
 				return s
 			case encMismatch:
 				// Surely so only if the key is not given again: read on.
-				st.out, st.pos = st.out[:a], from
-				if !st.skip(depth + 1) {
+				st.out, st.Pos = st.out[:a], from
+				if !st.Skip(depth+1, maxDepth) {
 					return encDecline
 				}
 				mismatched = true
@@ -785,12 +426,12 @@ func (e *fastEncoder) record(st *encState, depth int) encStatus {
 				inOrder = false
 			}
 			next = i + 1
-			switch st.peek() {
+			switch st.Peek() {
 			case ',':
-				st.pos++
+				st.Pos++
 				continue
 			case '}':
-				st.pos++
+				st.Pos++
 			default:
 				return encDecline
 			}
@@ -839,13 +480,13 @@ func (e *fastEncoder) unionValue(st *encState, c byte, depth int) encStatus {
 		if e.null < 0 {
 			return encMismatch
 		}
-		if s := st.literal("null"); s != encOK {
-			return s
+		if !st.Literal("null") {
+			return encDecline
 		}
 		st.out = appendLong(st.out, int64(e.null))
 		return encOK
 	}
-	from, a := st.pos, len(st.out)
+	from, a := st.Pos, len(st.out)
 	for i, b := range e.union {
 		if b.kind == avro.Null {
 			continue
@@ -855,20 +496,20 @@ func (e *fastEncoder) unionValue(st *encState, c byte, depth int) encStatus {
 		case encOK, encDecline:
 			return s
 		}
-		st.out, st.pos = st.out[:a], from
+		st.out, st.Pos = st.out[:a], from
 	}
 	if c != '{' {
 		return st.other(c)
 	}
-	st.pos++
-	switch st.peek() {
+	st.Pos++
+	switch st.Peek() {
 	case '"':
 	case '}':
 		return encMismatch // {} fits no branch but a record's
 	default:
 		return encDecline
 	}
-	k, ok := st.readKey()
+	k, ok := st.ReadString()
 	if !ok {
 		return encDecline
 	}
@@ -882,26 +523,26 @@ func (e *fastEncoder) unionValue(st *encState, c byte, depth int) encStatus {
 	if i < 0 {
 		return encMismatch
 	}
-	if st.peek() != ':' {
+	if st.Peek() != ':' {
 		return encDecline
 	}
-	st.pos++
+	st.Pos++
 	st.out = appendLong(st.out, int64(i))
-	vfrom := st.pos
+	vfrom := st.Pos
 	s := e.union[i].value(st, depth+1)
 	if s == encDecline {
 		return s
 	}
 	if s == encMismatch {
 		// Surely so only if the object has no other key.
-		st.pos = vfrom
-		if !st.skip(depth + 1) {
+		st.Pos = vfrom
+		if !st.Skip(depth+1, maxDepth) {
 			return encDecline
 		}
 	}
-	if st.peek() != '}' {
+	if st.Peek() != '}' {
 		return encDecline
 	}
-	st.pos++
+	st.Pos++
 	return s
 }

@@ -2,7 +2,6 @@ package codec
 
 import (
 	"bytes"
-	"encoding/binary"
 	"fmt"
 	"strconv"
 	"strings"
@@ -235,19 +234,6 @@ func FuzzFastEncode(f *testing.F) {
 			t.Fatalf("fast path wrote %q as % x; the general path as % x", js, got, want)
 		}
 	})
-}
-
-func TestSpecial8(t *testing.T) {
-	for c := range 256 {
-		for pos := range 8 {
-			b := []byte("abcdefgh")
-			b[pos] = byte(c)
-			want := !plainASCII[c]
-			if got := special8(binary.LittleEndian.Uint64(b)); got != want {
-				t.Fatalf("special8(%q) = %v, want %v", b, got, want)
-			}
-		}
-	}
 }
 
 // TestEncodeGivesTheGeneralPathsAnswer: Encode, which takes the fast path
