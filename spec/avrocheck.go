@@ -213,14 +213,8 @@ func (c *avroCheck) array(st *jsonscan.Scanner, depth int) bool {
 		if !c.items.value(st, depth+1) {
 			return false
 		}
-		switch st.Peek() {
-		case ',':
-			st.Pos++
-		case ']':
-			st.Pos++
-			return true
-		default:
-			return false
+		if more, ok := st.Next(']'); !more {
+			return ok
 		}
 	}
 }
@@ -234,27 +228,14 @@ func (c *avroCheck) mapValue(st *jsonscan.Scanner, depth int) bool {
 		return true
 	}
 	for {
-		if st.Peek() != '"' {
+		if _, ok := st.ObjectKey(); !ok || !st.Colon() {
 			return false
 		}
-		if _, ok := st.ReadString(); !ok {
-			return false
-		}
-		if st.Peek() != ':' {
-			return false
-		}
-		st.Pos++
 		if !c.items.value(st, depth+1) {
 			return false
 		}
-		switch st.Peek() {
-		case ',':
-			st.Pos++
-		case '}':
-			st.Pos++
-			return true
-		default:
-			return false
+		if more, ok := st.Next('}'); !more {
+			return ok
 		}
 	}
 }
@@ -272,10 +253,7 @@ func (c *avroCheck) record(st *jsonscan.Scanner, depth int) bool {
 		st.Pos++
 	} else {
 		for {
-			if st.Peek() != '"' {
-				return false
-			}
-			k, ok := st.ReadString()
+			k, ok := st.ObjectKey()
 			if !ok {
 				return false
 			}
@@ -292,23 +270,16 @@ func (c *avroCheck) record(st *jsonscan.Scanner, depth int) bool {
 				return false
 			}
 			seen[i] = true
-			if st.Peek() != ':' {
+			if !st.Colon() || !c.fields[i].check.value(st, depth+1) {
 				return false
 			}
-			st.Pos++
-			if !c.fields[i].check.value(st, depth+1) {
+			more, ok := st.Next('}')
+			if !ok {
 				return false
 			}
-			switch st.Peek() {
-			case ',':
-				st.Pos++
-				continue
-			case '}':
-				st.Pos++
-			default:
-				return false
+			if !more {
+				break
 			}
-			break
 		}
 	}
 	for i := range c.fields {
@@ -342,10 +313,7 @@ func (c *avroCheck) unionValue(st *jsonscan.Scanner, ch byte, depth int) bool {
 		return false
 	}
 	st.Pos++
-	if st.Peek() != '"' {
-		return false
-	}
-	k, ok := st.ReadString()
+	k, ok := st.ObjectKey()
 	if !ok {
 		return false
 	}
@@ -356,11 +324,7 @@ func (c *avroCheck) unionValue(st *jsonscan.Scanner, ch byte, depth int) bool {
 			break
 		}
 	}
-	if i < 0 || st.Peek() != ':' {
-		return false
-	}
-	st.Pos++
-	if !c.union[i].value(st, depth+1) {
+	if i < 0 || !st.Colon() || !c.union[i].value(st, depth+1) {
 		return false
 	}
 	// The object must have that one key only.

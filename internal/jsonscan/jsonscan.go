@@ -339,6 +339,41 @@ func hex4(in []byte, i int) (rune, bool) {
 	return r, true
 }
 
+// ObjectKey reads an object's key, the string after whitespace (as
+// ReadString); false when there is none or it does not read.
+func (s *Scanner) ObjectKey() ([]byte, bool) {
+	if s.Peek() != '"' {
+		return nil, false
+	}
+	return s.ReadString()
+}
+
+// Colon moves past the ':' after whitespace that follows an object's key;
+// false, moving past the whitespace only, when there is none.
+func (s *Scanner) Colon() bool {
+	if s.Peek() != ':' {
+		return false
+	}
+	s.Pos++
+	return true
+}
+
+// Next moves past what follows an item of an array or object, after
+// whitespace: a ',' (more is true) or the closing byte end (more is
+// false); ok is false, moving past the whitespace only, for anything
+// else.
+func (s *Scanner) Next(end byte) (more, ok bool) {
+	switch s.Peek() {
+	case ',':
+		s.Pos++
+		return true, true
+	case end:
+		s.Pos++
+		return false, true
+	}
+	return false, false
+}
+
 // Skip moves past one JSON value (after whitespace), checking that it is
 // JSON (strings as ReadString takes them); false when it is not, or when
 // it nests deeper than maxDepth, depth being the value's own.
@@ -359,28 +394,15 @@ func (s *Scanner) Skip(depth, maxDepth int) bool {
 		}
 		for {
 			if c == '{' {
-				if s.Peek() != '"' {
+				if _, ok := s.ObjectKey(); !ok || !s.Colon() {
 					return false
 				}
-				if _, ok := s.ReadString(); !ok {
-					return false
-				}
-				if s.Peek() != ':' {
-					return false
-				}
-				s.Pos++
 			}
 			if !s.Skip(depth+1, maxDepth) {
 				return false
 			}
-			switch s.Peek() {
-			case ',':
-				s.Pos++
-			case end:
-				s.Pos++
-				return true
-			default:
-				return false
+			if more, ok := s.Next(end); !more {
+				return ok
 			}
 		}
 	case c == '"':

@@ -273,3 +273,36 @@ func TestSkipDepth(t *testing.T) {
 		t.Error("Skip of a value at depth 5 with maxDepth 4 = true, want false")
 	}
 }
+
+func TestObjectKeyColonNext(t *testing.T) {
+	s := Scanner{In: []byte(` "k\n" : 1 , 2 ] x`)}
+	if k, ok := s.ObjectKey(); !ok || string(k) != "k\n" {
+		t.Fatalf("ObjectKey = %q, %v; want \"k\\n\", true", k, ok)
+	}
+	if !s.Colon() {
+		t.Fatalf("Colon at %d of %q = false, want true", s.Pos, s.In)
+	}
+	s.WS()
+	if _, _, ok := s.Number(); !ok {
+		t.Fatalf("Number after the colon does not read")
+	}
+	if more, ok := s.Next(']'); !more || !ok {
+		t.Fatalf("Next at ',' = %v, %v; want true, true", more, ok)
+	}
+	s.WS()
+	s.Pos++ // '2'
+	if more, ok := s.Next(']'); more || !ok {
+		t.Fatalf("Next at ']' = %v, %v; want false, true", more, ok)
+	}
+	s.WS()
+	at := s.Pos
+	if more, ok := s.Next(']'); more || ok || s.Pos != at {
+		t.Fatalf("Next at 'x' = %v, %v, moved to %d; want false, false, not moving past 'x'", more, ok, s.Pos)
+	}
+	if s.Colon() || s.Pos != at {
+		t.Fatalf("Colon at 'x' = true or moved; want false, not moving past 'x'")
+	}
+	if _, ok := s.ObjectKey(); ok {
+		t.Fatalf("ObjectKey at 'x' = true, want false")
+	}
+}

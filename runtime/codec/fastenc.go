@@ -334,16 +334,13 @@ func (e *fastEncoder) array(st *encState, depth int) encStatus {
 			st.closeBlock(block, n)
 			block, n = len(st.out), 0
 		}
-		switch st.Peek() {
-		case ',':
-			st.Pos++
-			continue
-		case ']':
-			st.Pos++
-		default:
+		more, ok := st.Next(']')
+		if !ok {
 			return encDecline
 		}
-		break
+		if !more {
+			break
+		}
 	}
 	if n > 0 {
 		st.closeBlock(block, n)
@@ -385,10 +382,7 @@ func (e *fastEncoder) record(st *encState, depth int) encStatus {
 		st.Pos++
 	} else {
 		for {
-			if st.Peek() != '"' {
-				return encDecline
-			}
-			k, ok := st.ReadString()
+			k, ok := st.ObjectKey()
 			if !ok {
 				return encDecline
 			}
@@ -405,10 +399,9 @@ func (e *fastEncoder) record(st *encState, depth int) encStatus {
 			if spans[i][0] >= 0 {
 				return encDecline // given twice: encoding/json keeps the last
 			}
-			if st.Peek() != ':' {
+			if !st.Colon() {
 				return encDecline
 			}
-			st.Pos++
 			from, a := st.Pos, len(st.out)
 			switch s := e.fields[i].enc.value(st, depth+1); s {
 			case encDecline:
@@ -426,16 +419,13 @@ func (e *fastEncoder) record(st *encState, depth int) encStatus {
 				inOrder = false
 			}
 			next = i + 1
-			switch st.Peek() {
-			case ',':
-				st.Pos++
-				continue
-			case '}':
-				st.Pos++
-			default:
+			more, ok := st.Next('}')
+			if !ok {
 				return encDecline
 			}
-			break
+			if !more {
+				break
+			}
 		}
 	}
 	if mismatched {
@@ -523,10 +513,9 @@ func (e *fastEncoder) unionValue(st *encState, c byte, depth int) encStatus {
 	if i < 0 {
 		return encMismatch
 	}
-	if st.Peek() != ':' {
+	if !st.Colon() {
 		return encDecline
 	}
-	st.Pos++
 	st.out = appendLong(st.out, int64(i))
 	vfrom := st.Pos
 	s := e.union[i].value(st, depth+1)
