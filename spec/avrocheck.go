@@ -228,7 +228,7 @@ func (c *avroCheck) mapValue(st *jsonscan.Scanner, depth int) bool {
 		return true
 	}
 	for {
-		if _, ok := st.ObjectKey(); !ok || !st.Colon() {
+		if _, ok := st.ReadString(); !ok || !st.Colon() {
 			return false
 		}
 		if !c.items.value(st, depth+1) {
@@ -253,7 +253,7 @@ func (c *avroCheck) record(st *jsonscan.Scanner, depth int) bool {
 		st.Pos++
 	} else {
 		for {
-			k, ok := st.ObjectKey()
+			k, ok := st.ReadString()
 			if !ok {
 				return false
 			}
@@ -313,7 +313,7 @@ func (c *avroCheck) unionValue(st *jsonscan.Scanner, ch byte, depth int) bool {
 		return false
 	}
 	st.Pos++
-	k, ok := st.ObjectKey()
+	k, ok := st.ReadString()
 	if !ok {
 		return false
 	}

@@ -232,11 +232,15 @@ var plainASCII = func() (t [256]bool) {
 	return t
 }()
 
-// ReadString reads the JSON string at Pos (its opening quote) and moves
-// past it: a slice of In when it has no escape, else unescaped into Key.
-// It is valid until the next string read; false for a string
-// encoding/json would change or that is not JSON.
+// ReadString reads the JSON string after whitespace (an object's key, a
+// string value) and moves past it: a slice of In when it has no escape,
+// else unescaped into Key. It is valid until the next string read; false
+// when there is no string there, or one encoding/json would change or
+// that is not JSON.
 func (s *Scanner) ReadString() ([]byte, bool) {
+	if s.Peek() != '"' {
+		return nil, false
+	}
 	if n := s.Plain(); n >= 0 {
 		k := s.In[s.Pos+1 : s.Pos+1+n]
 		s.Pos += n + 2
@@ -339,15 +343,6 @@ func hex4(in []byte, i int) (rune, bool) {
 	return r, true
 }
 
-// ObjectKey reads an object's key, the string after whitespace (as
-// ReadString); false when there is none or it does not read.
-func (s *Scanner) ObjectKey() ([]byte, bool) {
-	if s.Peek() != '"' {
-		return nil, false
-	}
-	return s.ReadString()
-}
-
 // Colon moves past the ':' after whitespace that follows an object's key;
 // false, moving past the whitespace only, when there is none.
 func (s *Scanner) Colon() bool {
@@ -394,7 +389,7 @@ func (s *Scanner) Skip(depth, maxDepth int) bool {
 		}
 		for {
 			if c == '{' {
-				if _, ok := s.ObjectKey(); !ok || !s.Colon() {
+				if _, ok := s.ReadString(); !ok || !s.Colon() {
 					return false
 				}
 			}

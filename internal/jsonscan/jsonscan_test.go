@@ -274,10 +274,10 @@ func TestSkipDepth(t *testing.T) {
 	}
 }
 
-func TestObjectKeyColonNext(t *testing.T) {
+func TestReadStringColonNext(t *testing.T) {
 	s := Scanner{In: []byte(` "k\n" : 1 , 2 ] x`)}
-	if k, ok := s.ObjectKey(); !ok || string(k) != "k\n" {
-		t.Fatalf("ObjectKey = %q, %v; want \"k\\n\", true", k, ok)
+	if k, ok := s.ReadString(); !ok || string(k) != "k\n" {
+		t.Fatalf("ReadString = %q, %v; want \"k\\n\", true", k, ok)
 	}
 	if !s.Colon() {
 		t.Fatalf("Colon at %d of %q = false, want true", s.Pos, s.In)
@@ -302,7 +302,7 @@ func TestObjectKeyColonNext(t *testing.T) {
 	if s.Colon() || s.Pos != at {
 		t.Fatalf("Colon at 'x' = true or moved; want false, not moving past 'x'")
 	}
-	if _, ok := s.ObjectKey(); ok {
-		t.Fatalf("ObjectKey at 'x' = true, want false")
+	if _, ok := s.ReadString(); ok {
+		t.Fatalf("ReadString at 'x' = true, want false")
 	}
 }

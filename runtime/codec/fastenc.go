@@ -382,7 +382,7 @@ func (e *fastEncoder) record(st *encState, depth int) encStatus {
 		st.Pos++
 	} else {
 		for {
-			k, ok := st.ObjectKey()
+			k, ok := st.ReadString()
 			if !ok {
 				return encDecline
 			}
