@@ -124,11 +124,7 @@ func TestPublishInClaimChecksByTheDestinationsThreshold(t *testing.T) {
 // whole into the outbox and to the broker.
 func TestAScheduleFiresByClaimCheck(t *testing.T) {
 	url := testenv.VHost(t)
-	st, err := memory.Open(stores.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
+	st := memStore(t)
 	blobs, err := memory.OpenBlobs(stores.Options{})
 	if err != nil {
 		t.Fatal(err)

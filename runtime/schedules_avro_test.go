@@ -7,10 +7,7 @@ import (
 
 	"github.com/acemq/acemq-flow/runtime"
 	"github.com/acemq/acemq-flow/runtime/codec"
-	"github.com/acemq/acemq-flow/runtime/plan"
-	"github.com/acemq/acemq-flow/spec"
 	"github.com/acemq/acemq-flow/stores"
-	"github.com/acemq/acemq-flow/stores/memory"
 	"github.com/acemq/acemq-flow/test/runtimetest"
 	"github.com/acemq/acemq-flow/test/testenv"
 )
@@ -25,11 +22,7 @@ const avroScheduleFlow = avroLaterFlow + `schedules:
 // bytes the relay publishes as they are; before, it was the payload's JSON.
 func TestAScheduleFiresAvroToAnAvroInputType(t *testing.T) {
 	url := testenv.VHost(t)
-	st, err := memory.Open(stores.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
+	st := memStore(t)
 	runtimetest.Start(t, url, avroScheduleFlow, runtime.Options{Registry: st, Schedules: st})
 	var rec stores.OutboxRecord
 	testenv.Eventually(t, 30*time.Second, func() error {
@@ -69,20 +62,8 @@ func TestAScheduleWhosePayloadDoesNotFitItsAvroTypeIsRefused(t *testing.T) {
 	flow := avroLaterFlow + `schedules:
   - {name: broken, every: 1s, send: {exchange: avl, routing_key: a, payload: {id: t-1, qty: many}}}
 `
-	set, err := spec.Load(testenv.FlowFS(flow), "f.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pl, err := plan.Compile(set.Flows)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := memory.Open(stores.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	_, err = runtime.New(pl, runtime.Options{AMQPURL: "amqp://127.0.0.1:1/", Registry: st, Schedules: st})
+	st := memStore(t)
+	_, err := runtime.New(compileText(t, flow), runtime.Options{AMQPURL: "amqp://127.0.0.1:1/", Registry: st, Schedules: st})
 	if err == nil {
 		t.Fatal("runtime.New accepted a schedule whose payload does not fit its Avro input type")
 	}
@@ -93,14 +74,7 @@ func TestAScheduleWhosePayloadDoesNotFitItsAvroTypeIsRefused(t *testing.T) {
 	}
 	// The same flow with a payload that fits is accepted.
 	fits := strings.Replace(flow, "qty: many", "qty: 2", 1)
-	set, err = spec.Load(testenv.FlowFS(fits), "f.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if pl, err = plan.Compile(set.Flows); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := runtime.New(pl, runtime.Options{AMQPURL: "amqp://127.0.0.1:1/", Registry: st, Schedules: st}); err != nil {
+	if _, err := runtime.New(compileText(t, fits), runtime.Options{AMQPURL: "amqp://127.0.0.1:1/", Registry: st, Schedules: st}); err != nil {
 		t.Fatalf("runtime.New refused a schedule whose payload fits: %v", err)
 	}
 }

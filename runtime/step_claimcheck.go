@@ -138,16 +138,7 @@ func ownClaimCheck(ctx context.Context, blobs stores.Blobs, pl *plan.Plan, m dec
 // its consumer's threshold is what the claim check exists to prevent, and
 // one sent by reference below it is still read whole.
 func ownClaimCheckAbove(pl *plan.Plan, m decide.Message) int64 {
-	queue := m.RoutingKey
-	if m.Exchange != "" {
-		queue = ""
-		for _, b := range pl.Bindings {
-			if b.Exchange == m.Exchange && b.RoutingKey == m.RoutingKey && b.Queue != "" {
-				queue = b.Queue
-				break
-			}
-		}
-	}
+	queue := destinationQueue(pl, m)
 	for i := range pl.Consumers {
 		if c := &pl.Consumers[i]; queue != "" && c.Queue == queue {
 			return c.ClaimCheck.Input
@@ -173,4 +164,19 @@ func ownClaimCheckAbove(pl *plan.Plan, m decide.Message) int64 {
 		}
 	}
 	return above
+}
+
+// destinationQueue returns the queue of pl a message the runtime publishes
+// of its own accord reaches: the one its routing key names on the default
+// exchange, or the first bound to its exchange with that key; "" for none.
+func destinationQueue(pl *plan.Plan, m decide.Message) string {
+	if m.Exchange == "" {
+		return m.RoutingKey
+	}
+	for _, b := range pl.Bindings {
+		if b.Exchange == m.Exchange && b.RoutingKey == m.RoutingKey && b.Queue != "" {
+			return b.Queue
+		}
+	}
+	return ""
 }

@@ -284,16 +284,7 @@ func (r *Runtime) encodeOwn(ctx context.Context, m decide.Message) (decide.Messa
 // ownType returns the Avro type a message the runtime publishes is for
 // (encodeOwn), or nil.
 func (r *Runtime) ownType(m decide.Message) *spec.Type {
-	queue := m.RoutingKey
-	if m.Exchange != "" {
-		queue = ""
-		for _, b := range r.plan.Bindings {
-			if b.Exchange == m.Exchange && b.RoutingKey == m.RoutingKey && b.Queue != "" {
-				queue = b.Queue
-				break
-			}
-		}
-	}
+	queue := destinationQueue(r.plan, m)
 	for i := range r.plan.Consumers {
 		if c := &r.plan.Consumers[i]; queue != "" && c.Queue == queue {
 			if t := avroTypeOf(c.File, c.Input); t != nil {

@@ -45,7 +45,11 @@ pipelines:
 // orderV1 is Order as an older writer had it: without channel.
 const orderV1 = `{"type":"record","name":"Order","fields":[{"name":"id","type":"string"},{"name":"qty","type":"int"}]}`
 
-func memRegistry(t *testing.T) stores.Schemas {
+func memRegistry(t *testing.T) stores.Schemas { return memStore(t) }
+
+// memStore is a memory store (registry, schedules, outbox) closed when
+// the test ends.
+func memStore(t *testing.T) *memory.Store {
 	t.Helper()
 	s, err := memory.Open(stores.Options{})
 	if err != nil {
