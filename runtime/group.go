@@ -136,11 +136,15 @@ func (r *Runtime) newGroup(c *plan.Consumer) *group {
 	return g
 }
 
-var outcomes = []string{decide.OutcomeAcknowledged, decide.OutcomeStopped, decide.OutcomeRetried, decide.OutcomeDeadLettered, decide.OutcomeDuplicate, decide.OutcomeInProgress, decide.OutcomeHeld, OutcomeRejected}
+var outcomes = []string{decide.OutcomeAcknowledged, decide.OutcomeStopped, decide.OutcomeRetried, decide.OutcomeDeadLettered, decide.OutcomeDuplicate, decide.OutcomeInProgress, decide.OutcomeHeld, OutcomeRejected, OutcomeRepublished}
 
 // OutcomeRejected counts deliveries handed back to the broker (requeued)
 // because what they produced could not be published.
 const OutcomeRejected = "rejected"
+
+// OutcomeRepublished counts the decisions published again, their delivery
+// held, because the broker nacked a publish of theirs (decide.PublishFailed).
+const OutcomeRepublished = "republished"
 
 // start starts the group's consumers. A group whose queue is missing is
 // refused, naming the queue.
@@ -434,6 +438,11 @@ type carried struct {
 	t   *Ticket // the claim to confirm before the acknowledgement, if any
 	// own are the decision's publishes, replies its best-effort ones.
 	own, replies []decide.Publish
+	// refused counts the broker's nacks of own, since refusedSince;
+	// refusedLogged is set once their lasting a minute is logged.
+	refused       int
+	refusedSince  time.Time
+	refusedLogged bool
 }
 
 // published is called once the decision's own publishes are confirmed and
@@ -446,7 +455,7 @@ func (c *carried) published(failed error) {
 	case failed != nil:
 		// Confirm callbacks must not publish; the follow-up runs on its
 		// own goroutine, owned by the group.
-		c.g.bg.Go(func() { c.g.publishFailed(c.ctx, c.d, c.in, c.dec, failed, c.t) })
+		c.g.bg.Go(func() { c.g.publishFailed(c, failed) })
 	case len(c.replies) == 0:
 		c.settle()
 	case len(c.own) == 0:
@@ -596,17 +605,24 @@ func (g *group) count(outcome string) {
 
 // publishFailed handles a decision whose own publish did not reach a
 // queue. What the broker refused (no route, no exchange, a result AMQP
-// cannot carry, a basic.nack) is decided by decide.PublishFailed: the
-// delivery is parked, dead-lettered or retried instead, or, when nothing
+// cannot carry, a basic.nack) is decided by decide.PublishFailed: a
+// decision the broker nacked is published again after a wait
+// (publishAgain); otherwise the delivery is parked, dead-lettered or
+// retried instead, or, when nothing
 // takes it (an in-progress delivery whose rung refuses it, a message
 // .parked refuses too), it goes back to its queue after holdBeforeRequeue,
 // logged as an error: requeued at once, it would come straight back and
 // fail the same way. Anything else (the connection lost, the runtime
 // stopping) leaves the message to the broker, requeued, to be handled
 // again.
-func (g *group) publishFailed(ctx context.Context, d *broker.Delivery, in decide.Inbound, dec decide.Decision, err error, t *Ticket) {
+func (g *group) publishFailed(c *carried, err error) {
+	ctx, d, in, dec, t := c.ctx, c.d, c.in, c.dec, c.t
 	if f, refused := g.refusal(ctx, err); refused {
-		fb := decide.PublishFailed(g.c, in, dec, f, time.Now(), rand.Float64())
+		fb := decide.PublishFailed(g.c, in, dec, f, time.Now())
+		if fb.Again {
+			g.publishAgain(c, fb.Event, err)
+			return
+		}
 		level := slog.LevelWarn
 		if fb.Hold || fb.Decision.Parked {
 			level = slog.LevelError
@@ -631,13 +647,56 @@ func (g *group) publishFailed(ctx context.Context, d *broker.Delivery, in decide
 		})
 		return
 	}
-	g.release(ctx, t)
+	g.giveBack(c, err)
+}
+
+// giveBack leaves c's message to the broker, requeued, to be handled again:
+// its publish failed in a way that decides nothing about it (the
+// connection lost, the runtime stopping).
+func (g *group) giveBack(c *carried, err error) {
+	g.release(c.ctx, c.t)
 	defer g.finish()
-	g.log.Warn("publish failed; the message goes back to its queue", "message_id", in.Env.MessageID, "error", err)
-	if nerr := d.Nack(true); nerr == nil {
+	g.log.Warn("publish failed; the message goes back to its queue", "message_id", c.in.Env.MessageID, "error", err)
+	if nerr := c.d.Nack(true); nerr == nil {
 		g.count(OutcomeRejected)
 	}
 }
+
+// publishAgain publishes c's decision again once decide.RepublishBackoff
+// has passed, its delivery held meanwhile (unacknowledged: nothing goes
+// back to the queue, where a quorum queue would count it against its
+// delivery limit) and its claim kept. The first refusal of a delivery is
+// logged as a warning, one lasting a minute as an error, once; a group
+// whose deliveries are all held so finishes none and shows as stalled
+// (stall.go). When the runtime stops first, the message goes back to its
+// queue.
+func (g *group) publishAgain(c *carried, event string, err error) {
+	now := time.Now()
+	c.refused++
+	switch {
+	case c.refused == 1:
+		c.refusedSince = now
+		g.log.Warn(event, "message_id", c.in.Env.MessageID, "outcome", c.dec.Outcome, "error", err)
+	case !c.refusedLogged && now.Sub(c.refusedSince) >= refusedErrorAfter:
+		c.refusedLogged = true
+		g.log.Error("the broker has refused this delivery's publish for a minute; it is held, published again every 10 s, until the broker takes it",
+			"message_id", c.in.Env.MessageID, "refusals", c.refused, "since", c.refusedSince, "error", err)
+	}
+	wait := time.NewTimer(decide.RepublishBackoff(c.refused, rand.Float64()))
+	defer wait.Stop()
+	select {
+	case <-wait.C:
+	case <-c.ctx.Done():
+		g.giveBack(c, err)
+		return
+	}
+	g.count(OutcomeRepublished)
+	g.publishAll(c.ctx, c.own, nil, c.published)
+}
+
+// refusedErrorAfter is how long the broker refuses a delivery's publish
+// before that is logged as an error.
+const refusedErrorAfter = time.Minute
 
 // refusal says how the broker refused a publish that failed with err, and
 // whether it did: a failure that is not a refusal (the connection lost)

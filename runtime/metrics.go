@@ -20,7 +20,7 @@ func newMetrics() *metrics {
 		reg: prometheus.NewRegistry(),
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "acemq_messages_total",
-			Help: "Deliveries handled, by consumer and outcome (acknowledged, stopped, retried, dead_lettered, duplicate, in_progress, held, rejected).",
+			Help: "Deliveries handled, by consumer and outcome (acknowledged, stopped, retried, dead_lettered, duplicate, in_progress, held, rejected, republished).",
 		}, []string{"consumer", "outcome"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "acemq_handler_duration_seconds",

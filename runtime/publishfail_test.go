@@ -14,6 +14,7 @@ import (
 	"github.com/acemq/acemq-flow/runtime"
 	"github.com/acemq/acemq-flow/runtime/decide"
 	"github.com/acemq/acemq-flow/runtime/plan"
+	"github.com/acemq/acemq-flow/spec"
 	"github.com/acemq/acemq-flow/test/runtimetest"
 	"github.com/acemq/acemq-flow/test/testenv"
 )
@@ -203,16 +204,25 @@ pipelines:
       - {name: b, handler: k.echo, queue_type: classic, auto_startup: false}
 `
 
-// TestResultRefusedByTheBrokerGoesRoundTheRetryLadder fills step b's queue
-// (a policy: at most one message, then reject-publish), so the broker nacks
-// step a's second result. That message must go round a's retry ladder, and
-// after its last attempt to a's dead letters with the reason: not be
-// requeued and handled again at once, for ever.
-func TestResultRefusedByTheBrokerGoesRoundTheRetryLadder(t *testing.T) {
+// TestAResultTheBrokerRefusesIsPublishedAgainUntilItTakesIt fills step b's
+// queue (a policy: at most one message, then reject-publish), so the broker
+// nacks step a's second result. Nothing is wrong with that message: its
+// delivery is held and its result published again, the handler not run
+// again, no attempt spent, until b has room. Before, it went round a's
+// retry ladder re-running the handler, and after its last attempt was
+// dead-lettered: a broker's trouble outlasting the ladder (a leader
+// election under load, a full queue downstream) sent healthy messages to
+// .dlq by the thousand.
+func TestAResultTheBrokerRefusesIsPublishedAgainUntilItTakesIt(t *testing.T) {
 	url := testenv.VHost(t)
 	testenv.Rabbitmqctl(t, "set_policy", "-p", testenv.VHostOf(url), "--apply-to", "queues", "full-b", `^p\.b$`,
 		`{"max-length":1,"overflow":"reject-publish"}`)
-	calls := startEchoCounting(t, url, nackFlow)
+	var calls atomic.Int64
+	rt, _ := runtimetest.Start(t, url, nackFlow, runtime.Options{Handlers: map[string]runtime.HandlerFunc{
+		"k.echo": func(_ context.Context, req runtime.Request) (decide.Result, error) {
+			calls.Add(1)
+			return decide.Result{Payload: req.Payload}, nil
+		}}})
 	ch := channelOn(t, url)()
 	for _, id := range []string{"m-1", "m-2"} {
 		if err := ch.PublishWithContext(t.Context(), "", "p.a", false, false, amqp.Publishing{MessageId: id, ContentType: "application/json",
@@ -220,19 +230,31 @@ func TestResultRefusedByTheBrokerGoesRoundTheRetryLadder(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	dl := deadLettered(t, ch, "p.a.dlq", calls)
-	if reason, _ := dl.Headers[plan.HeaderError].(string); !strings.Contains(reason, "refused by the broker") {
-		t.Errorf("dead-lettered with reason %q, want one saying the broker refused the result", reason)
+	// Refused, then refused again at least once more: held, not retried.
+	got := counters(t, rt, "p.a", runtime.OutcomeRepublished, 2)
+	if got[decide.OutcomeAcknowledged] != 1 || got[decide.OutcomeRetried] != 0 || got[decide.OutcomeDeadLettered] != 0 || got[runtime.OutcomeRejected] != 0 {
+		t.Fatalf("while b was full, p.a counted %v; want one acknowledged, nothing retried, dead-lettered or requeued", got)
 	}
-	if attempt, _ := dl.Headers[plan.HeaderAttempt].(int64); attempt != 2 {
-		t.Errorf("dead-lettered at attempt %v, want 2 (headers %v)", dl.Headers[plan.HeaderAttempt], dl.Headers)
+	if n := calls.Load(); n != 2 {
+		t.Fatalf("while b was full the handler ran %d times, want twice (once a message)", n)
 	}
-	// One result reached b; the other message was handled once per attempt.
-	if q, err := ch.QueueDeclarePassive("p.b", true, false, false, false, nil); err != nil || q.Messages != 1 {
-		t.Errorf("p.b holds %d messages (%v), want 1", q.Messages, err)
+	first, ok, err := ch.Get("p.b", true)
+	if err != nil || !ok {
+		t.Fatalf("p.b holds no result (%v)", err)
 	}
-	if n := calls.Load(); n != 3 {
-		t.Errorf("the handler ran %d times, want 3 (once for the message that reached b, twice for the refused one)", n)
+	second := deadLettered(t, ch, "p.b", &calls) // the held result, once b has room
+	if first.MessageId == second.MessageId {
+		t.Fatalf("p.b got the same result twice (%s)", first.MessageId)
+	}
+	if attempt, _ := second.Headers[plan.HeaderAttempt].(int64); attempt > 1 {
+		t.Errorf("the held result carries attempt %d, want its first", attempt)
+	}
+	got = counters(t, rt, "p.a", decide.OutcomeAcknowledged, 2)
+	if n := calls.Load(); n != 2 || got[decide.OutcomeRetried] != 0 {
+		t.Errorf("the handler ran %d times, counters %v; want twice, nothing retried", n, got)
+	}
+	if _, ok, _ := ch.Get("p.a.dlq", true); ok {
+		t.Error("p.a.dlq holds a message; want nothing dead-lettered")
 	}
 }
 
@@ -418,4 +440,60 @@ func TestAResultAMQPCannotCarryIsDeadLettered(t *testing.T) {
 	if n := calls.Load(); n != 1 {
 		t.Errorf("the handler ran %d times, want once", n)
 	}
+}
+
+// TestAHeldResultGoesBackToItsQueueWhenTheRuntimeStops: a delivery held
+// while the broker refuses its result is not lost when the runtime stops:
+// it goes back to its queue, and the runtime stops within its drain.
+func TestAHeldResultGoesBackToItsQueueWhenTheRuntimeStops(t *testing.T) {
+	url := testenv.VHost(t)
+	testenv.Rabbitmqctl(t, "set_policy", "-p", testenv.VHostOf(url), "--apply-to", "queues", "full-b", `^p\.b$`,
+		`{"max-length":1,"overflow":"reject-publish"}`)
+	set, err := spec.Load(testenv.FlowFS(nackFlow), "f.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl, err := plan.Compile(set.Flows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := runtime.New(pl, runtime.Options{AMQPURL: url, DrainTimeout: time.Second, Handlers: map[string]runtime.HandlerFunc{
+		"k.echo": func(_ context.Context, req runtime.Request) (decide.Result, error) {
+			return decide.Result{Payload: req.Payload}, nil
+		}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- rt.Run(ctx) }()
+	<-rt.Started()
+	ch := channelOn(t, url)()
+	for _, id := range []string{"m-1", "m-2"} {
+		if err := ch.PublishWithContext(t.Context(), "", "p.a", false, false, amqp.Publishing{MessageId: id, ContentType: "application/json",
+			Body: []byte(`{"id":1}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	counters(t, rt, "p.a", runtime.OutcomeRepublished, 1)
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run returned %v, want nil", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the runtime did not stop within 30 s of its cancel, a delivery held")
+	}
+	testenv.Eventually(t, 10*time.Second, func() error {
+		q, err := ch.QueueDeclarePassive("p.a", true, false, false, false, nil)
+		if err != nil {
+			return err
+		}
+		if q.Messages != 1 {
+			return testenv.Errorf("p.a holds %d messages, want the held one back", q.Messages)
+		}
+		return nil
+	})
 }

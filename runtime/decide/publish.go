@@ -37,29 +37,59 @@ type PublishFailure struct {
 }
 
 // Fallback is what a delivery does once its decision's own publish was
-// refused: Decision, carried out instead, or, when Hold, nothing: nothing
-// takes the message, which goes back to its queue after a wait (requeued
-// at once, it would come straight back and fail the same way). Event says
-// what happened, for the log.
+// refused: Decision, carried out instead; or, when Again, the same
+// decision published again after RepublishBackoff, the delivery held
+// meanwhile; or, when Hold, nothing: nothing takes the message, which goes
+// back to its queue after a wait (requeued at once, it would come straight
+// back and fail the same way). Event says what happened, for the log.
 type Fallback struct {
 	Decision Decision
+	Again    bool
 	Hold     bool
 	Event    string
 }
 
+// The waits between publishes of a decision the broker nacked: the first
+// again after RepublishFirst, each next one twice as late, at most every
+// RepublishMax.
+const (
+	RepublishFirst = 500 * time.Millisecond
+	RepublishMax   = 10 * time.Second
+)
+
+// RepublishBackoff is how long a delivery whose decision the broker nacked
+// failed times (from 1) waits before it publishes the decision again:
+// 0.5 s, 1 s, 2 s, … up to 10 s, each stretched by up to a quarter by
+// jitter, a number in [0,1) drawn by the caller, so that the deliveries
+// held together do not all publish again at once.
+func RepublishBackoff(failed int, jitter float64) time.Duration {
+	d := RepublishFirst
+	for range min(max(failed-1, 0), 5) {
+		d *= 2
+	}
+	d = min(d, RepublishMax)
+	return d + time.Duration(float64(d)*jitter/4)
+}
+
 // PublishFailed decides what a delivery to consumer c does when the broker
-// refused a publish of its decision dec (f). A dead letter .dlq refuses is
-// parked in .parked with both reasons; one .parked refuses too, and an
-// in-progress or held delivery whose rung refuses it (never dead-lettered),
-// are held. A retry its rung
-// refuses is dead-lettered. A result the broker nacked is retried through
-// the ladder, spending an attempt, so that it waits rather than spins and
-// ends in .dlq with a reason if it never gets through. A result with no
-// exchange or no route, or that AMQP cannot carry, is fatal for the
-// message (it would fail the same way next time): dead-lettered with the
-// reason. jitter is a number in [0,1) drawn by the caller.
-func PublishFailed(c *plan.Consumer, in Inbound, dec Decision, f PublishFailure, now time.Time, jitter float64) Fallback {
+// refused a publish of its decision dec (f). A publish the broker nacked
+// (an internal error in a queue's process, a queue at its length limit
+// that rejects publishes, a quorum queue without a leader) says nothing
+// about the message: whatever the decision, it is published again, as it
+// is, after a wait (Again), the handler not called again and no attempt
+// spent, so that a broker's trouble, or a full queue downstream, holds the
+// consumer back instead of dead-lettering messages nothing was wrong with
+// once it outlasts the retry ladder. Otherwise: a dead letter .dlq refuses
+// is parked in .parked with both reasons; one .parked refuses too, and an
+// in-progress or held delivery whose rung refuses it (never
+// dead-lettered), are held. A retry its rung refuses is dead-lettered. A
+// result with no exchange or no route, or that AMQP cannot carry, is fatal
+// for the message (it would fail the same way next time): dead-lettered
+// with the reason.
+func PublishFailed(c *plan.Consumer, in Inbound, dec Decision, f PublishFailure, now time.Time) Fallback {
 	switch {
+	case f.Kind == PublishNacked:
+		return Fallback{Again: true, Decision: dec, Event: "the broker refused the publish (basic.nack); it is published again after a wait, no attempt spent"}
 	case dec.Outcome == OutcomeDeadLettered && !dec.Parked:
 		return Fallback{Decision: Park(c, dec, f.Err), Event: "dead-letter queue refused the message; parking it"}
 	case dec.Outcome == OutcomeDeadLettered || dec.Outcome == OutcomeInProgress || dec.Outcome == OutcomeHeld:
@@ -67,9 +97,6 @@ func PublishFailed(c *plan.Consumer, in Inbound, dec Decision, f PublishFailure,
 	case dec.Outcome == OutcomeRetried:
 		return Fallback{Event: "retry rung refused the message; dead-lettering it",
 			Decision: DeadLetter(c, in, KindFatal, fmt.Sprintf("%s; it could not be retried: %s refused it: %v", dec.Reason, dec.Rung, f.Err), now)}
-	case f.Kind == PublishNacked:
-		return Fallback{Event: "result refused by the broker; retrying the message",
-			Decision: Retry(c, in, fmt.Errorf("the result was refused by the broker: %w", f.Err), now, jitter)}
 	case f.Kind == PublishNoExchange:
 		return Fallback{Event: "the result's exchange does not exist; dead-lettering the message",
 			Decision: MissingExchange(c, in, f.Exchange, "", now)}

@@ -27,16 +27,14 @@ func TestPublishFailed(t *testing.T) {
 		to     string // the routing key of the decision's own publish instead
 		reason string // in its reason
 	}{
-		{"a dead letter .dlq refuses is parked with both reasons", dl, PublishFailure{Kind: PublishNacked, Err: refused}, false,
+		{"a dead letter .dlq refuses is parked with both reasons", dl, PublishFailure{Kind: PublishUnroutable, Err: refused}, false,
 			plan.ParkedQueue(c.Queue), "broken; not dead-lettered"},
-		{"a message .parked refuses too is held", Park(c, dl, refused), PublishFailure{Kind: PublishNacked, Err: refused}, true, "", ""},
+		{"a message .parked refuses too is held", Park(c, dl, refused), PublishFailure{Kind: PublishUnroutable, Err: refused}, true, "", ""},
 		{"an in-progress delivery its rung refuses is held", InProgress(c, in), PublishFailure{Kind: PublishUnroutable, Err: refused}, true, "", ""},
 		{"a delivery held for a store's outage its rung refuses is held, never dead-lettered",
 			Hold(c, in, StoreFailure{Store: StoreIdempotency, Err: refused, Unavailable: true}), PublishFailure{Kind: PublishUnroutable, Err: refused}, true, "", ""},
 		{"a retry its rung refuses is dead-lettered", retried, PublishFailure{Kind: PublishUnroutable, Err: refused}, false,
 			plan.DeadLetterQueue(c.Queue), "timeout; it could not be retried"},
-		{"a result the broker nacked is retried, spending an attempt", acked, PublishFailure{Kind: PublishNacked, Err: refused}, false,
-			c.Retry.Rungs[0].Queue, "refused by the broker"},
 		{"a result whose exchange is missing is dead-lettered naming it", acked, PublishFailure{Kind: PublishNoExchange, Exchange: "gone", Err: refused}, false,
 			plan.DeadLetterQueue(c.Queue), `exchange "gone", where the result goes next, does not exist`},
 		{"a result AMQP cannot carry is dead-lettered", acked, PublishFailure{Kind: PublishInvalid, Err: refused}, false,
@@ -46,7 +44,7 @@ func TestPublishFailed(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			fb := PublishFailed(c, in, tc.dec, tc.f, now, 0)
+			fb := PublishFailed(c, in, tc.dec, tc.f, now)
 			if fb.Event == "" {
 				t.Errorf("PublishFailed(%s, %s) says nothing for the log", tc.dec.Outcome, tc.f.Kind)
 			}
@@ -60,6 +58,45 @@ func TestPublishFailed(t *testing.T) {
 				t.Fatalf("PublishFailed(%s, %s) = %+v; want a publish to %s with a reason containing %q", tc.dec.Outcome, tc.f.Kind, fb.Decision, tc.to, tc.reason)
 			}
 		})
+	}
+}
+
+// TestANackedPublishIsPublishedAgain: whatever the decision, a publish the
+// broker nacked is published again as it was, no attempt spent, no retry
+// or dead letter put in its place.
+func TestANackedPublishIsPublishedAgain(t *testing.T) {
+	c := stepConsumer("validate", 0)
+	in := delivery(nil, "")
+	nacked := PublishFailure{Kind: PublishNacked, Err: errors.New("basic.nack")}
+	for _, dec := range []Decision{
+		{Outcome: OutcomeAcknowledged, Publish: []Publish{{Message: Message{RoutingKey: "next"}}}},
+		Retry(c, in, errors.New("timeout"), now, 0),
+		DeadLetter(c, in, KindFatal, "broken", now),
+		InProgress(c, in),
+	} {
+		fb := PublishFailed(c, in, dec, nacked, now)
+		if !fb.Again || fb.Hold || fb.Event == "" {
+			t.Fatalf("PublishFailed(%s, nacked) = %+v, want it published again, said in the log", dec.Outcome, fb)
+		}
+		if fb.Decision.Outcome != dec.Outcome || len(fb.Decision.Publish) != len(dec.Publish) || fb.Decision.Publish[0].RoutingKey != dec.Publish[0].RoutingKey {
+			t.Errorf("PublishFailed(%s, nacked) publishes %+v again, want the decision as it was (%+v)", dec.Outcome, fb.Decision, dec)
+		}
+	}
+}
+
+func TestRepublishBackoff(t *testing.T) {
+	for _, tc := range []struct {
+		failed int
+		jitter float64
+		want   time.Duration
+	}{
+		{1, 0, 500 * time.Millisecond}, {2, 0, time.Second}, {3, 0, 2 * time.Second}, {5, 0, 8 * time.Second},
+		{6, 0, 10 * time.Second}, {100, 0, 10 * time.Second}, {0, 0, 500 * time.Millisecond},
+		{1, 0.5, 562500 * time.Microsecond}, {100, 0.999, 10*time.Second + 2497500*time.Microsecond},
+	} {
+		if got := RepublishBackoff(tc.failed, tc.jitter); got != tc.want {
+			t.Errorf("RepublishBackoff(%d, %v) = %s, want %s", tc.failed, tc.jitter, got, tc.want)
+		}
 	}
 }
 

@@ -314,7 +314,7 @@ func (s *sim) carryOut(c *plan.Consumer, in decide.Inbound, dec decide.Decision,
 			if errors.As(err, &pe) && pe.missing != "" {
 				f.Kind, f.Exchange = decide.PublishNoExchange, pe.missing
 			}
-			fb := decide.PublishFailed(c, in, dec, f, s.now, 0)
+			fb := decide.PublishFailed(c, in, dec, f, s.now)
 			if !fb.Hold { // held back: nowhere to go
 				s.carryOut(c, in, fb.Decision, "")
 			}

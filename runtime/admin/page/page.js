@@ -5,8 +5,8 @@
 (function () {
   const POLL_MS = 2000;
   const SVG = "http://www.w3.org/2000/svg";
-  const OUTCOMES = ["acknowledged", "retried", "dead_lettered", "stopped", "duplicate", "in_progress", "rejected"];
-  const SHORT = { acknowledged: "ack", retried: "retried", dead_lettered: "dead", stopped: "stopped", duplicate: "dup", in_progress: "in progress", rejected: "rejected" };
+  const OUTCOMES = ["acknowledged", "retried", "dead_lettered", "stopped", "duplicate", "in_progress", "rejected", "republished"];
+  const SHORT = { acknowledged: "ack", retried: "retried", dead_lettered: "dead", stopped: "stopped", duplicate: "dup", in_progress: "in progress", rejected: "rejected", republished: "republished" };
 
   // el makes an element: attrs sets attributes ("text" sets its text),
   // children are elements or strings.
