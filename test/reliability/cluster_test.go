@@ -407,16 +407,18 @@ func TestChaosS26ClusterScaleOut(t *testing.T) {
 		t.Errorf("/readyz lied: %s", l)
 	}
 	var follows []string
+	refused := 0
 	for i, p := range reps {
 		follows = append(follows, strconv.Itoa(p.Count(`msg="connection re-established on another node"`)))
+		refused += p.Count(nackedLine)
 		if strings.Contains(p.Log(), "guest:guest") {
 			t.Errorf("replica %d logged a password", i+1)
 		}
 	}
 	harness.Record(t, harness.Row{Scenario: "S26 cluster scale-out, 2 replicas × 3 nodes", Faults: strings.Join(faults, "; "), Verdict: v,
 		Recovery: fmt.Sprintf("%.1fs worst to ready on another node", worst.Seconds()),
-		Notes: fmt.Sprintf("quorum queues on 3 nodes; moves to another node per replica %s; /readyz sampled %d times, %d lies; %d poison runs sent during the outages, dead-lettered in %v; generator redialled %d×, republished %d",
-			strings.Join(follows, "/"), samples, len(lies), len(poison), where, r.gen.Redials(), r.gen.Republished())})
+		Notes: fmt.Sprintf("quorum queues on 3 nodes; moves to another node per replica %s; /readyz sampled %d times, %d lies; %d poison runs sent during the outages, dead-lettered in %v; %d deliveries whose result the broker nacked, held and published again; generator redialled %d×, republished %d",
+			strings.Join(follows, "/"), samples, len(lies), len(poison), where, refused, r.gen.Redials(), r.gen.Republished())})
 }
 
 // TestChaosS5NodeRestart restarts the node a runtime is given (alone)
@@ -496,6 +498,10 @@ func TestChaosS5NodeRestart(t *testing.T) {
 	}
 	harness.Record(t, harness.Row{Scenario: "S5 node restart", Faults: "stop_app/start_app, then kill -9 of the beam and a start, of the runtime's only node " + node.Short(), Verdict: v,
 		Recovery: fmt.Sprintf("%.1fs worst after await_startup", worst.Seconds()),
-		Notes: fmt.Sprintf("%s; generator redialled %d×, republished %d with the same id; quorum queues on 3 nodes, the node restarted holds a replica",
-			strings.Join(notes, "; "), r.gen.Redials(), r.gen.Republished())})
+		Notes: fmt.Sprintf("%s; %d deliveries whose result the broker nacked, held and published again; generator redialled %d×, republished %d with the same id; quorum queues on 3 nodes, the node restarted holds a replica",
+			strings.Join(notes, "; "), p.Count(nackedLine), r.gen.Redials(), r.gen.Republished())})
 }
+
+// nackedLine is in the runtime's log once for each delivery whose result
+// the broker nacked (held, and published again until taken).
+const nackedLine = `msg="the broker refused the publish (basic.nack)`
