@@ -499,7 +499,7 @@ func (r *Runtime) applyTopology(ctx context.Context) ([]*plan.Consumer, error) {
 			if t.exist[q] {
 				continue
 			}
-			if err := r.topo.CheckQueues(ctx, q); err != nil {
+			if err := r.checkConsumerQueue(ctx, c, q); err != nil {
 				if !errors.Is(err, broker.ErrNotFound) {
 					return nil, fmt.Errorf("check queue %q: %w", q, err)
 				}
@@ -555,7 +555,7 @@ func (r *Runtime) sortTopology(exchanges []plan.Exchange, queues []plan.Queue, b
 		if q.Mode != plan.Declare || q.Apply == spec.ApplyDryRun {
 			continue
 		}
-		bq := broker.Queue{Name: q.Name, Durable: true, Args: q.Arguments}
+		bq := broker.Queue{Name: q.Name, Durable: true, Args: q.Arguments, Unconsumed: q.Holding()}
 		if q.Apply == spec.ApplyValidate {
 			t.checkQ = append(t.checkQ, bq)
 		} else {
@@ -700,7 +700,7 @@ func (r *Runtime) prepare(ctx context.Context, c *plan.Consumer) error {
 		if t.exist[q] {
 			continue
 		}
-		if err := r.topo.CheckQueues(ctx, q); err != nil {
+		if err := r.checkConsumerQueue(ctx, c, q); err != nil {
 			if !errors.Is(err, broker.ErrNotFound) {
 				return fmt.Errorf("consumer %q: check queue %q: %w", c.ID, q, err)
 			}
@@ -714,6 +714,18 @@ func (r *Runtime) prepare(ctx context.Context, c *plan.Consumer) error {
 		return fmt.Errorf("consumer %q: %w", c.ID, err)
 	}
 	return nil
+}
+
+// checkConsumerQueue asks the broker about q, one of consumerQueues(c),
+// without changing it. c's .dlq or .parked on a node that is down is taken
+// as it is (broker.Queue.Unconsumed): nothing consumes it, and what is
+// dead-lettered meanwhile waits until the node is back.
+func (r *Runtime) checkConsumerQueue(ctx context.Context, c *plan.Consumer, q string) error {
+	err := r.topo.CheckQueues(ctx, q)
+	if err != nil && (q == plan.DeadLetterQueue(c.Queue) || q == plan.ParkedQueue(c.Queue)) {
+		return r.topo.Unconsumed(q, err)
+	}
+	return err
 }
 
 // consumerQueues are the queues a consumer needs: its own, its rungs, .dlq

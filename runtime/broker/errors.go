@@ -3,6 +3,7 @@ package broker
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
 
@@ -41,7 +42,31 @@ var (
 
 	// ErrDrift matches *DriftError.
 	ErrDrift = errors.New("declared differently on the broker")
+
+	// ErrQueueUnavailable matches errors for a durable queue that exists
+	// but whose home node (the one node of a classic queue) is down or
+	// cannot be reached: the broker answers 404 for it, as for a queue that
+	// does not exist, though it does, and holds its messages.
+	ErrQueueUnavailable = errors.New("queue unavailable: its home node is down")
 )
+
+// homeNodeDownText is RabbitMQ's 404 for a durable queue on a node that is
+// down or unreachable.
+var homeNodeDownText = regexp.MustCompile(`home node '([^']*)' of durable queue '.*' in vhost '.*' is down or inaccessible`)
+
+// homeNodeDown reports whether err is the broker's 404 for a durable queue
+// whose home node is down, and names the node.
+func homeNodeDown(err error) (node string, ok bool) {
+	var ae *amqp.Error
+	if !errors.As(err, &ae) || ae.Code != amqp.NotFound {
+		return "", false
+	}
+	m := homeNodeDownText.FindStringSubmatch(ae.Reason)
+	if m == nil {
+		return "", false
+	}
+	return m[1], true
+}
 
 // ReplyCode returns the AMQP reply code carried by err (404 NOT_FOUND, 406
 // PRECONDITION_FAILED, 320 CONNECTION_FORCED, ...), or 0 when err carries

@@ -31,6 +31,13 @@ type Queue struct {
 	AutoDelete bool
 	Exclusive  bool
 	Args       map[string]any // typed as Args describes
+	// Unconsumed marks a queue nothing consumes, only publishes to (a .dlq,
+	// a .parked): found on a node that is down, it is taken as it is (it
+	// exists, and holds its messages), logged as a warning, and checks of
+	// it and bindings to it pass while the node is away, so that a runtime
+	// can start on the other nodes of a cluster. Anything published to it
+	// meanwhile is returned unroutable, which its publisher handles.
+	Unconsumed bool
 }
 
 // Binding binds a queue to an exchange with a routing key, or, when
@@ -134,6 +141,40 @@ type Topology struct {
 	mu   sync.Mutex
 	decl *amqp.Channel
 	get  *consGen
+
+	// away holds the Unconsumed queues found on a node that is down, by
+	// name, with the node: taken as they are (Queue.Unconsumed).
+	away sync.Map
+}
+
+// takeAway takes queue, found on node, which is down, as it is.
+func (t *Topology) takeAway(queue, node string) {
+	if _, seen := t.away.Swap(queue, node); !seen {
+		t.log.Warn("queue's home node is down; it is taken as it is, and what is published to it waits until the node is back",
+			"queue", queue, "node", node)
+	}
+}
+
+// Unconsumed is err, a failure met asking about queue, unless err says
+// that queue, which nothing consumes, exists on a node that is down: then
+// nil, the queue taken as it is (Queue.Unconsumed).
+func (t *Topology) Unconsumed(queue string, err error) error {
+	node, down := homeNodeDown(err)
+	if !down {
+		return err
+	}
+	t.takeAway(queue, node)
+	return nil
+}
+
+// isAway reports whether queue was taken as it is, its node down, and the
+// broker's err says the node still is.
+func (t *Topology) isAway(queue string, err error) bool {
+	if _, ok := homeNodeDown(err); !ok {
+		return false
+	}
+	_, ok := t.away.Load(queue)
+	return ok
 }
 
 // NewTopology returns a Topology working on conn. It does no I/O.
@@ -205,11 +246,16 @@ func (t *Topology) DeclareQueue(ctx context.Context, q Queue) error {
 		_, err := ch.QueueDeclare(q.Name, q.Durable, q.AutoDelete, q.Exclusive, false, args)
 		return err
 	})
+	if node, down := homeNodeDown(err); down && q.Unconsumed {
+		t.takeAway(q.Name, node)
+		return nil
+	}
 	if err != nil {
 		return t.declareFailed(ctx, "queue", q.Name, err, func(c *checker) (*Difference, error) {
 			return c.queueDrift(ctx, q, args)
 		})
 	}
+	t.away.Delete(q.Name)
 	t.log.Debug("queue declared", "queue", q.Name)
 	return nil
 }
@@ -274,6 +320,9 @@ func (t *Topology) Bind(ctx context.Context, b Binding) error {
 		}
 		return ch.QueueBind(b.Queue, b.RoutingKey, b.Exchange, false, args)
 	})
+	if b.ToExchange == "" && t.isAway(b.Queue, err) {
+		return nil // bound before: the broker keeps the binding
+	}
 	if err != nil {
 		return notFound(err)
 	}
@@ -370,7 +419,9 @@ func (t *Topology) CheckQueues(ctx context.Context, queues ...string) error {
 	for _, q := range queues {
 		_, err := t.Inspect(ctx, q)
 		switch {
-		case err == nil:
+		case err == nil, t.isAway(q, err):
+		case errors.Is(err, ErrQueueUnavailable):
+			errs = append(errs, err)
 		case ReplyCode(err) == amqp.NotFound:
 			missing = append(missing, q)
 		default:
@@ -438,8 +489,12 @@ func (t *Topology) Get(ctx context.Context, queue string) (*Delivery, error) {
 	return &Delivery{Delivery: ad, g: g}, nil
 }
 
-// notFound makes a 404 from the broker match ErrNotFound.
+// notFound makes a 404 from the broker match ErrNotFound, or, for a queue
+// that exists on a node that is down, ErrQueueUnavailable.
 func notFound(err error) error {
+	if node, down := homeNodeDown(err); down {
+		return &codedError{err: fmt.Errorf("the queue exists, but its home node %s is down or cannot be reached; start the node, or move the queue (a quorum queue has a member on several nodes): %w", node, err), is: ErrQueueUnavailable}
+	}
 	if ReplyCode(err) == amqp.NotFound {
 		return &codedError{err: err, is: ErrNotFound}
 	}

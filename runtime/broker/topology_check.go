@@ -279,6 +279,10 @@ func (c *checker) exists(ctx context.Context, kind, name string) (*Difference, e
 	switch {
 	case err == nil:
 		return nil, nil
+	case errors.Is(err, ErrQueueUnavailable):
+		if c.t.isAway(name, err) {
+			return nil, nil
+		}
 	case ReplyCode(err) == amqp.NotFound:
 		return &Difference{Kind: kind, Name: name, Missing: true}, nil
 	}
@@ -290,7 +294,13 @@ func (c *checker) queue(ctx context.Context, q Queue) (*Difference, error) {
 	if err != nil {
 		return nil, fmt.Errorf("check queue %q: %w", q.Name, err)
 	}
-	if d, err := c.exists(ctx, "queue", q.Name); d != nil || err != nil {
+	d, err := c.exists(ctx, "queue", q.Name)
+	if node, down := homeNodeDown(err); down && q.Unconsumed {
+		// Nothing to compare it with while its node is away.
+		c.t.takeAway(q.Name, node)
+		return nil, nil
+	}
+	if d != nil || err != nil {
 		return d, err
 	}
 	return c.queueDrift(ctx, q, args)

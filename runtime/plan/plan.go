@@ -64,6 +64,7 @@ type Queue struct {
 	Apply     string         `json:"-"` // the topology.apply of the file that declares it
 	Missing   string         `json:"-"` // the topology.missing_queue of that file
 	what      string         // how errors name it
+	holding   bool           // a .dlq or .parked the runtime declares (Holding)
 	Provided  bool           `json:"-"` // declared under topology.queues: provided for, whoever consumes it
 }
 
@@ -453,8 +454,13 @@ func (c *compiler) ladder(owner, queue, typ string, r spec.Retry, idempotent boo
 // them never drops anything.
 func holdingQueue(name, purpose, owner string, at spec.Pos, apply string) Queue {
 	return Queue{Name: name, Type: "classic", Mode: Declare, Purpose: purpose, Owner: owner, At: at,
-		Apply: apply, Arguments: map[string]any{"x-queue-type": "classic"}}
+		Apply: apply, Arguments: map[string]any{"x-queue-type": "classic"}, holding: true}
 }
+
+// Holding reports whether q is a .dlq or a .parked queue the runtime
+// declares (the delay ladder's own included): one it only publishes to,
+// which nothing consumes.
+func (q Queue) Holding() bool { return q.holding }
 
 // dlqBinding binds .dlq queue dlq to acemq.dlx under its own name.
 func dlqBinding(dlq, owner string, at spec.Pos) Binding {

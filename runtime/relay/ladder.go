@@ -119,7 +119,7 @@ func ladderTopology(unit time.Duration) ([]broker.Exchange, []broker.Queue, []br
 	}
 	bq := make([]broker.Queue, 0, len(qs))
 	for _, q := range qs {
-		bq = append(bq, broker.Queue{Name: q.Name, Durable: true, Args: q.Arguments})
+		bq = append(bq, broker.Queue{Name: q.Name, Durable: true, Args: q.Arguments, Unconsumed: q.Holding()})
 	}
 	bb := make([]broker.Binding, 0, len(bs))
 	for _, b := range bs {

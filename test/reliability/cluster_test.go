@@ -398,6 +398,32 @@ func TestChaosS26ClusterScaleOut(t *testing.T) {
 		t.Logf("work.a led by %s after %s was stopped and started", next.Name, leader.Name)
 	}
 
+	// A replica started while the node holding work.a's .dlq and .parked
+	// (classic queues: one node each) is down starts on the other nodes,
+	// taking those queues as they are, and works.
+	home, ok := harness.Home(t, harness.Running(t, nodes), r.s.VHost, "work.a.dlq")
+	if !ok {
+		t.Fatalf("no home node listed for work.a.dlq")
+	}
+	home.StopApp(t)
+	watch.nodeDown(home)
+	clk.phase("%s stopped (the home of work.a.dlq)", home.Short())
+	waitOff(t, reps, home)
+	late := r.start(t, rotate(r.s.URLs, 2))
+	lateUp := waitOff(t, []*harness.Runtime{late}, home)
+	if n := late.Count(`msg="queue's home node is down; it is taken as it is`); n < 2 {
+		t.Errorf("the replica started with %s down logged %d queues taken as they are, want work.a's .dlq and .parked at least", home.Short(), n)
+	}
+	seen := r.replies.Len()
+	if !r.replies.WaitCount(seen+50, time.Minute) {
+		t.Errorf("with %s stopped and a third replica started, %d runs replied in a minute, want progress", home.Name, r.replies.Len()-seen)
+	}
+	clk.phase("a third replica started and ready %.1fs after its start; %d runs replied", lateUp.Seconds(), r.replies.Len()-seen)
+	home.StartApp(t)
+	watch.nodeUp(home)
+	clk.phase("%s started", home.Short())
+	faults = append(faults, fmt.Sprintf("stop_app %s (the home of work.a's classic .dlq and .parked), a third replica started meanwhile, ready on the other nodes", home.Short()))
+
 	stop()
 	clk.phase("%d sent", r.gen.Sent.Len())
 	v, where := r.finish(t, 3*time.Minute, poison)

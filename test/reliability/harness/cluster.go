@@ -178,6 +178,22 @@ func Leader(t testing.TB, at Node, vhost, queue string) (Node, bool) {
 	return Node{}, false
 }
 
+// Home returns the node a classic queue lives on, as the node at lists it.
+func Home(t testing.TB, at Node, vhost, queue string) (Node, bool) {
+	t.Helper()
+	q, err := at.queue(vhost, queue)
+	if err != nil {
+		t.Logf("the home node of %s: %v", queue, err)
+		return Node{}, false
+	}
+	for _, n := range ClusterNodes {
+		if n.Name == q.Node {
+			return n, true
+		}
+	}
+	return Node{}, false
+}
+
 // Members returns the quorum queue's members as the node at lists them,
 // separated by spaces.
 func Members(t testing.TB, at Node, vhost, queue string) string {
@@ -199,6 +215,7 @@ func (n Node) Management() string {
 type apiQueue struct {
 	Leader  string   `json:"leader"`
 	Members []string `json:"members"`
+	Node    string   `json:"node"` // a classic queue's home node
 }
 
 // queue reads one queue's leader and members from the node's management
