@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -204,8 +205,14 @@ func (d *Due) handle(ctx context.Context, bd *broker.Delivery) {
 }
 
 // deliver publishes due message m to its destination and acknowledges it
-// once confirmed; unroutable, it goes back into the ladder.
+// once confirmed; unroutable, it goes back into the ladder; nacked, it is
+// published again after a wait (deliverAgain).
 func (d *Due) deliver(ctx context.Context, bd *broker.Delivery, m decide.Message) {
+	d.deliverTry(ctx, bd, m, 0)
+}
+
+// deliverTry is deliver's try after refused nacks of m's publish.
+func (d *Due) deliverTry(ctx context.Context, bd *broker.Delivery, m decide.Message, refused int) {
 	if m.Exchange != "" {
 		// A publish to a missing exchange closes the publishing channel
 		// (404), failing every publish in flight on it: the exchange is
@@ -230,6 +237,8 @@ func (d *Due) deliver(ctx context.Context, bd *broker.Delivery, m decide.Message
 			d.bg.Go(func() {
 				d.sendBack(ctx, bd, m, fmt.Sprintf("no queue is bound to exchange %q for routing key %q", m.Exchange, m.RoutingKey))
 			})
+		case errors.Is(err, broker.ErrNacked):
+			d.bg.Go(func() { d.deliverAgain(ctx, bd, m, refused+1, err) })
 		case broker.ClosedNotFound(err):
 			d.bg.Go(func() {
 				d.exchanges.Forget()
@@ -327,6 +336,28 @@ func (d *Due) notPublished(ctx context.Context, bd *broker.Delivery, m decide.Me
 	dl.Exchange, dl.RoutingKey = "", plan.DeadLetterQueue(plan.DueQueue)
 	d.log.Warn("delayed message cannot be published; dead-lettered", "message_id", m.MessageID, "exchange", m.Exchange, "routing_key", m.RoutingKey, "error", err)
 	d.publishThenAck(ctx, bd, dl, d.deadLettered.Inc)
+}
+
+// deliverAgain publishes m again once decide.RepublishBackoff has passed:
+// the broker nacked its publish (a destination at its length limit that
+// rejects publishes, an internal error in a queue), which says nothing
+// about the message. bd is held meanwhile, unacknowledged: handed back to
+// `.due` at once, it would come straight back, and `.due`, a quorum queue,
+// would count each time against its delivery limit and dead-letter it. The
+// first refusal is logged; when Run stops first, bd goes back to `.due`.
+func (d *Due) deliverAgain(ctx context.Context, bd *broker.Delivery, m decide.Message, refused int, err error) {
+	if refused == 1 {
+		d.log.Warn("the broker refused a due message (basic.nack); it is published again after a wait", "message_id", m.MessageID,
+			"exchange", m.Exchange, "routing_key", m.RoutingKey, "error", err)
+	}
+	wait := time.NewTimer(decide.RepublishBackoff(refused, rand.Float64()))
+	defer wait.Stop()
+	select {
+	case <-wait.C:
+		d.deliverTry(ctx, bd, m, refused)
+	case <-ctx.Done():
+		d.requeue(bd, m, err)
+	}
 }
 
 // requeue hands bd back to `.due`: what should replace it was not

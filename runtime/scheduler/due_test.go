@@ -340,6 +340,56 @@ func TestDueButUnroutableIsKeptUntilDelivered(t *testing.T) {
 	}
 }
 
+// TestADueMessageTheBrokerRefusesIsPublishedAgain: a due message whose
+// destination is full (reject-publish: the broker nacks it) is held and
+// published again until the destination has room. Before, it went back to
+// `.due` at once, came straight back, and after `.due`'s delivery limit
+// was dead-lettered by the broker, nothing wrong with it.
+func TestADueMessageTheBrokerRefusesIsPublishedAgain(t *testing.T) {
+	e := startLadder(t, 100*time.Millisecond)
+	ch := channel(t, e.url)
+	if _, err := ch.QueueDeclare("full", true, false, false, false, amqp.Table{"x-max-length": int32(1), "x-overflow": "reject-publish"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Publish("", "full", false, false, amqp.Publishing{MessageId: "filler", Body: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if n, err := e.topo.Depth(t.Context(), "full"); err != nil || n != 1 {
+			return testenv.Errorf("full holds %d (%v), want the filler", n, err)
+		}
+		return nil
+	})
+	e.send(t, "held", "", "full", 0)
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if !strings.Contains(e.log.String(), "the broker refused a due message (basic.nack)") {
+			return testenv.Errorf("no refusal logged yet")
+		}
+		return nil
+	})
+	if f, ok, err := ch.Get("full", true); err != nil || !ok || f.MessageId != "filler" {
+		t.Fatalf("get the filler: %v, %v, %q", err, ok, f.MessageId)
+	}
+	var got amqp.Delivery
+	testenv.Eventually(t, 20*time.Second, func() error {
+		d, ok, err := ch.Get("full", true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			return testenv.Errorf("the held message has not reached full")
+		}
+		got = d
+		return nil
+	})
+	if got.MessageId != "held" {
+		t.Errorf("full got %q, want the held message", got.MessageId)
+	}
+	if n, err := e.topo.Depth(t.Context(), plan.DeadLetterQueue(plan.DueQueue)); err != nil || n != 0 {
+		t.Errorf("%s holds %d message(s) (%v), want none", plan.DeadLetterQueue(plan.DueQueue), n, err)
+	}
+}
+
 // TestADueMessageWithoutADestinationIsDeadLettered: a message in `.due`
 // that names nowhere to go is kept in `.due`'s .dlq with the reason.
 func TestADueMessageWithoutADestinationIsDeadLettered(t *testing.T) {
