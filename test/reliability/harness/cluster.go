@@ -165,29 +165,26 @@ func NodeAt(addr string) (Node, bool) {
 // on a busy machine).
 func Leader(t testing.TB, at Node, vhost, queue string) (Node, bool) {
 	t.Helper()
-	q, err := at.queue(vhost, queue)
-	if err != nil {
-		t.Logf("the leader of %s: %v", queue, err)
-		return Node{}, false
-	}
-	for _, n := range ClusterNodes {
-		if n.Name == q.Leader {
-			return n, true
-		}
-	}
-	return Node{}, false
+	return queueNode(t, at, vhost, queue, "the leader", func(q apiQueue) string { return q.Leader })
 }
 
 // Home returns the node a classic queue lives on, as the node at lists it.
 func Home(t testing.TB, at Node, vhost, queue string) (Node, bool) {
 	t.Helper()
+	return queueNode(t, at, vhost, queue, "the home node", func(q apiQueue) string { return q.Node })
+}
+
+// queueNode is the node of ClusterNodes that pick names in queue's record,
+// as the node at lists it; what says what is asked, for the log.
+func queueNode(t testing.TB, at Node, vhost, queue, what string, pick func(apiQueue) string) (Node, bool) {
+	t.Helper()
 	q, err := at.queue(vhost, queue)
 	if err != nil {
-		t.Logf("the home node of %s: %v", queue, err)
+		t.Logf("%s of %s: %v", what, queue, err)
 		return Node{}, false
 	}
 	for _, n := range ClusterNodes {
-		if n.Name == q.Node {
+		if n.Name == pick(q) {
 			return n, true
 		}
 	}
