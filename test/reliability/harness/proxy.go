@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"encoding/binary"
 	"math/rand/v2"
 	"net"
 	"sync"
@@ -42,14 +43,23 @@ type Proxy struct {
 	changed   chan struct{} // closed and replaced when the mode changes
 	rng       *rand.Rand
 	done      chan struct{} // closed by Close
+	amqp      bool          // read the broker's side as AMQP 0-9-1 frames (ListenAMQP)
+	lost      int64         // confirm frames dropped (LoseConfirms)
 }
 
 type link struct {
 	client, server net.Conn
+	frames         *frames // the broker's frames, when the proxy reads them
 }
 
 // Listen starts a proxy on 127.0.0.1 (a free port) forwarding to target.
-func Listen(target string) (*Proxy, error) {
+func Listen(target string) (*Proxy, error) { return listen(target, false) }
+
+// ListenAMQP is Listen for a proxy to an AMQP 0-9-1 broker that reads
+// the frames the broker sends, so that LoseConfirms can drop some.
+func ListenAMQP(target string) (*Proxy, error) { return listen(target, true) }
+
+func listen(target string, amqp bool) (*Proxy, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -61,6 +71,7 @@ func Listen(target string) (*Proxy, error) {
 		changed: make(chan struct{}),
 		rng:     rand.New(rand.NewPCG(1, 2)),
 		done:    make(chan struct{}),
+		amqp:    amqp,
 	}
 	p.wg.Add(1)
 	go p.accept()
@@ -197,6 +208,9 @@ func (p *Proxy) accept() {
 		}
 		l := &link{client: c, server: s}
 		p.mu.Lock()
+		if p.amqp {
+			l.frames = &frames{open: map[uint16]bool{}, losing: map[uint16]bool{}}
+		}
 		p.conns[l] = struct{}{}
 		p.mu.Unlock()
 		var both sync.WaitGroup
@@ -210,15 +224,16 @@ func (p *Proxy) accept() {
 			p.mu.Unlock()
 		}()
 		p.wg.Add(2)
-		go func() { defer p.wg.Done(); defer both.Done(); p.pipe(s, c, l) }()
-		go func() { defer p.wg.Done(); defer both.Done(); p.pipe(c, s, l) }()
+		go func() { defer p.wg.Done(); defer both.Done(); p.pipe(s, c, l, nil) }()
+		go func() { defer p.wg.Done(); defer both.Done(); p.pipe(c, s, l, l.frames) }()
 	}
 }
 
 // pipe copies src to dst chunk by chunk, applying the current mode,
-// latency and bandwidth to each chunk; when either side ends it closes
-// both.
-func (p *Proxy) pipe(dst, src net.Conn, l *link) {
+// latency and bandwidth to each chunk, and, given the broker's frames,
+// forwarding whole frames only, less those they drop; when either side
+// ends it closes both.
+func (p *Proxy) pipe(dst, src net.Conn, l *link, f *frames) {
 	defer func() {
 		_ = l.client.Close()
 		_ = l.server.Close()
@@ -231,6 +246,15 @@ func (p *Proxy) pipe(dst, src net.Conn, l *link) {
 				return
 			}
 			chunk := buf[:n]
+			if f != nil {
+				var dropped int
+				chunk, dropped = f.filter(chunk)
+				if dropped > 0 {
+					p.mu.Lock()
+					p.lost += int64(dropped)
+					p.mu.Unlock()
+				}
+			}
 			delay, rate := p.shape()
 			if delay > 0 {
 				time.Sleep(delay) // the latency injected, by design
@@ -283,4 +307,99 @@ func (p *Proxy) shape() (time.Duration, int) {
 		d = 0
 	}
 	return d, p.bandwidth
+}
+
+// LoseConfirms makes the publisher confirms of every channel open through
+// the proxy now go missing, as RabbitMQ before 4.2 can leave a quorum
+// queue's publishes unconfirmed after a node's disconnection
+// (rabbitmq-server#14589): the basic.ack and basic.nack frames the broker
+// sends on such a channel are dropped until the broker opens that channel
+// number again (channel.open-ok, after the client closed it); channels
+// opened later, and every other frame, pass. It needs a proxy from
+// ListenAMQP and returns how many channels it took the confirms of.
+func (p *Proxy) LoseConfirms() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for l := range p.conns {
+		if l.frames != nil {
+			n += l.frames.loseConfirms()
+		}
+	}
+	return n
+}
+
+// ConfirmsLost is how many confirm frames LoseConfirms has dropped.
+func (p *Proxy) ConfirmsLost() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.lost
+}
+
+// frames reads one connection's broker side as AMQP 0-9-1 frames (type,
+// channel, size, payload, frame-end): it keeps the channels open and
+// those whose confirms are being lost.
+type frames struct {
+	pending []byte // the start of a frame not yet whole
+
+	mu     sync.Mutex
+	open   map[uint16]bool
+	losing map[uint16]bool
+}
+
+// The methods frames looks at: class 20 (channel) and 60 (basic).
+const (
+	channelOpenOK  = 20<<16 | 11
+	channelClose   = 20<<16 | 40
+	channelCloseOK = 20<<16 | 41
+	basicAck       = 60<<16 | 80
+	basicNack      = 60<<16 | 120
+)
+
+func (f *frames) loseConfirms() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for ch := range f.open {
+		f.losing[ch] = true
+	}
+	return len(f.open)
+}
+
+// filter takes the next bytes from the broker and returns the whole frames
+// among them, with what came before, less the confirms being lost, and how
+// many it dropped; the end of a frame not yet whole waits for the next call.
+func (f *frames) filter(chunk []byte) ([]byte, int) {
+	f.pending = append(f.pending, chunk...)
+	out := make([]byte, 0, len(f.pending))
+	dropped := 0
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for len(f.pending) >= 7 {
+		size := int(binary.BigEndian.Uint32(f.pending[3:7]))
+		if len(f.pending) < 7+size+1 {
+			break
+		}
+		frame := f.pending[:8+size]
+		f.pending = f.pending[8+size:]
+		if frame[0] == 1 && size >= 4 { // a method frame
+			ch := binary.BigEndian.Uint16(frame[1:3])
+			switch int(binary.BigEndian.Uint16(frame[7:9]))<<16 | int(binary.BigEndian.Uint16(frame[9:11])) {
+			case channelOpenOK:
+				f.open[ch] = true
+				delete(f.losing, ch)
+			case channelClose, channelCloseOK:
+				delete(f.open, ch)
+			case basicAck, basicNack:
+				if f.losing[ch] {
+					dropped++
+					continue
+				}
+			}
+		}
+		out = append(out, frame...)
+	}
+	if len(f.pending) > 0 {
+		f.pending = append([]byte(nil), f.pending...) // let the chunk's array go
+	}
+	return out, dropped
 }

@@ -2,12 +2,19 @@ package harness
 
 import (
 	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
 	"errors"
 	"io"
 	"net"
+	"net/url"
+	"os"
 	"syscall"
 	"testing"
 	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 // echoServer accepts connections on loopback and echoes every line back.
@@ -197,5 +204,138 @@ func TestProxyCloseEndsEveryGoroutineEvenInABlackhole(t *testing.T) {
 	}
 	if err := p.Close(); err != nil {
 		t.Errorf("a second Close = %v, want nil", err)
+	}
+}
+
+// method is an AMQP 0-9-1 method frame on ch with the given class and
+// method ids and arguments.
+func method(ch uint16, class, id uint16, args ...byte) []byte {
+	payload := binary.BigEndian.AppendUint16(binary.BigEndian.AppendUint16(nil, class), id)
+	payload = append(payload, args...)
+	f := []byte{1}
+	f = binary.BigEndian.AppendUint16(f, ch)
+	f = binary.BigEndian.AppendUint32(f, uint32(len(payload)))
+	return append(append(f, payload...), 0xCE)
+}
+
+// LoseConfirms drops the confirms of the channels open when it was called
+// until the broker opens the channel again; other channels and frames pass,
+// and a frame split across reads is forwarded whole.
+func TestFramesLoseTheConfirmsOfChannelsOpenUntilReopened(t *testing.T) {
+	ack := func(ch uint16) []byte { return method(ch, 60, 80, 0, 0, 0, 0, 0, 0, 0, 1, 0) }
+	heartbeat := []byte{8, 0, 0, 0, 0, 0, 0, 0xCE}
+	f := &frames{open: map[uint16]bool{}, losing: map[uint16]bool{}}
+	stream := func(parts ...[]byte) []byte {
+		var b []byte
+		for _, p := range parts {
+			b = append(b, p...)
+		}
+		return b
+	}
+	pass := func(in, want []byte, wantDropped int) {
+		t.Helper()
+		got, dropped := f.filter(in)
+		if !bytes.Equal(got, want) || dropped != wantDropped {
+			t.Fatalf("filter gave % x and dropped %d, want % x and %d", got, dropped, want, wantDropped)
+		}
+	}
+	pass(stream(method(1, 20, 11, 0, 0, 0, 0), ack(1)), stream(method(1, 20, 11, 0, 0, 0, 0), ack(1)), 0)
+	if n := f.loseConfirms(); n != 1 {
+		t.Fatalf("loseConfirms took %d channels, want the 1 open", n)
+	}
+	pass(stream(method(2, 20, 11, 0, 0, 0, 0), ack(1), heartbeat, ack(2), method(1, 60, 120, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0)),
+		stream(method(2, 20, 11, 0, 0, 0, 0), heartbeat, ack(2)), 2)
+	whole := ack(2)
+	pass(whole[:5], nil, 0)
+	pass(whole[5:], whole, 0)
+	pass(stream(method(1, 20, 41), method(1, 20, 11, 0, 0, 0, 0), ack(1)), stream(method(1, 20, 41), method(1, 20, 11, 0, 0, 0, 0), ack(1)), 0)
+	if n := f.loseConfirms(); n != 2 {
+		t.Fatalf("loseConfirms took %d channels, want the 2 open", n)
+	}
+}
+
+// Through the real broker: a channel in confirm mode gets its confirms
+// until LoseConfirms, none after, and a channel opened again gets its own.
+func TestProxyLosesTheBrokersConfirms(t *testing.T) {
+	raw := os.Getenv(AMQPEnv)
+	if raw == "" {
+		t.Skipf("%s is unset; run `make services` and set it to run the proxy against the broker", AMQPEnv)
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := ListenAMQP(u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	u.Host = p.Addr()
+	conn, err := amqp.Dial(u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	q := "proxy-confirms-" + Random(4)
+	publish := func(ch *amqp.Channel) *amqp.DeferredConfirmation {
+		t.Helper()
+		dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", q, false, false, amqp.Publishing{Body: []byte("x")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return dc
+	}
+	confirmed := func(dc *amqp.DeferredConfirmation, within time.Duration) bool {
+		if within == 0 {
+			select {
+			case <-dc.Done():
+				return true
+			default:
+				return false
+			}
+		}
+		select {
+		case <-dc.Done():
+			return true
+		case <-time.After(within):
+			return false
+		}
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare(q, false, false, true, false, nil); err != nil { // exclusive: gone with the connection
+		t.Fatal(err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	if !confirmed(publish(ch), 10*time.Second) {
+		t.Fatal("no confirm through the proxy before LoseConfirms")
+	}
+	if n := p.LoseConfirms(); n != 1 {
+		t.Fatalf("LoseConfirms took %d channels, want 1", n)
+	}
+	lost := publish(ch)
+	deadline := time.Now().Add(10 * time.Second)
+	for p.ConfirmsLost() == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond) // the proxy has no event for a frame it dropped
+	}
+	if p.ConfirmsLost() != 1 || confirmed(lost, 0) {
+		t.Fatalf("the publish after LoseConfirms was confirmed (dropped %d confirms)", p.ConfirmsLost())
+	}
+	if err := ch.Close(); err != nil {
+		t.Fatal(err)
+	}
+	again, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := again.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	if !confirmed(publish(again), 10*time.Second) {
+		t.Fatal("no confirm on a channel opened after LoseConfirms")
 	}
 }
