@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -29,13 +30,19 @@ type Runtime struct {
 	err   error
 }
 
-// StartRuntime starts binary run with args (after --amqp amqpURL and a free
-// --admin) and waits until it logs "runtime started"; it fails the test if
-// the runtime exits or does not start within a minute.
+// StartRuntime starts binary run with args (after --amqp amqpURL, a free
+// --admin and, unless args name one, the test's own --blobs directory,
+// shared by every runtime the test starts) and waits until it logs
+// "runtime started"; it fails the test if the runtime exits or does not
+// start within a minute.
 func StartRuntime(t testing.TB, binary, amqpURL string, args ...string) *Runtime {
 	t.Helper()
 	admin := FreeAddr(t)
-	full := append([]string{"run", "--amqp", amqpURL, "--admin", admin, "--management", "off"}, args...)
+	full := []string{"run", "--amqp", amqpURL, "--admin", admin, "--management", "off"}
+	if !slices.ContainsFunc(args, func(a string) bool { return a == "--blobs" || strings.HasPrefix(a, "--blobs=") }) {
+		full = append(full, "--blobs", "file:"+blobsDir(t))
+	}
+	full = append(full, args...)
 	cmd := exec.Command(binary, full...)
 	cmd.Env = os.Environ()
 	stderr, err := cmd.StderrPipe()
@@ -67,6 +74,21 @@ func StartRuntime(t testing.TB, binary, amqpURL string, args ...string) *Runtime
 		t.Fatalf("the runtime did not start within a minute; its log:\n%s", Tail(r.Log(), 40))
 	}
 	return r
+}
+
+// blobsDirs holds each running test's blob store directory.
+var blobsDirs sync.Map // testing.TB → string
+
+// blobsDir is t's blob store directory, made at its first runtime and
+// removed with the test.
+func blobsDir(t testing.TB) string {
+	if d, ok := blobsDirs.Load(t); ok {
+		return d.(string)
+	}
+	d := t.TempDir()
+	blobsDirs.Store(t, d)
+	t.Cleanup(func() { blobsDirs.Delete(t) })
+	return d
 }
 
 // PID is the runtime's process id.
