@@ -18,11 +18,14 @@ const noConfirmLine = `msg="no confirm from the broker`
 
 // TestChaosS5bConfirmsLost is S5's wedge with its cause made on purpose:
 // under load, the broker stops confirming the publishes of every channel
-// the runtime has open, while every message still reaches its queue, as
-// RabbitMQ before 4.2 can leave a quorum queue's publishes unconfirmed
-// after a node's disconnection (rabbitmq-server#14589). The fault proxy
-// between the runtime and the broker drops the basic.ack frames of those
-// channels until each is opened again. The steps' outputs wait on their
+// the runtime has open, as RabbitMQ before 4.2 can after a node's
+// disconnection (rabbitmq-server#14589: a quorum queue's client never
+// sends a lost message again, and the queue then takes that channel's
+// later publishes without enqueuing or confirming them). The fault proxy
+// between the runtime and the broker drops the basic.ack and basic.nack
+// frames of those channels until each is opened again; the messages still
+// reach their queues, which to the runtime is the same: publishes without
+// a confirm. The steps' outputs wait on their
 // confirms, so each consumer's prefetch fills with deliveries it holds and
 // cannot finish, the shape in which S5 once wedged for minutes. The
 // confirm deadline (30 s) must close the channels and open them again:
@@ -81,6 +84,6 @@ func TestChaosS5bConfirmsLost(t *testing.T) {
 	v, _, _ := r.finish(t, 3*time.Minute)
 	harness.Record(t, harness.Row{Scenario: "S5b confirms lost (rabbitmq-server#14589)", Faults: fmt.Sprintf("the broker's confirms dropped on the runtime's %d open channels until each was opened again", taken), Verdict: v,
 		Recovery: fmt.Sprintf("channels closed and opened again %.1fs after the fault (confirm deadline 30s)", closed.Seconds()),
-		Notes: fmt.Sprintf("%d confirms dropped; %d runs replied between the fault and the channels' close (outputs published before it); %d channels closed for a missing confirm; /readyz not ready in %d of %d samples meanwhile",
+		Notes: fmt.Sprintf("%d confirms dropped; %d runs replied between the fault and the channels' close (outputs published before it); publishing channels closed for a missing confirm: %d; /readyz not ready in %d of %d samples meanwhile",
 			lost, held, p.Count(noConfirmLine), unready, samples)})
 }
