@@ -4,7 +4,6 @@ package reliability
 
 import (
 	"fmt"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -24,19 +23,8 @@ import (
 func TestChaosS7SlowNetwork(t *testing.T) {
 	shortIfNamed(t)
 	r := newRig(t, true)
-	u, _ := url.Parse(r.s.AMQP)
-	proxyTo := func() (*harness.Proxy, string) {
-		px, err := harness.Listen(u.Host)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { px.Close() })
-		v := *u
-		v.Host = px.Addr()
-		return px, v.String()
-	}
-	rproxy, rurl := proxyTo()
-	gproxy, gurl := proxyTo()
+	rproxy, rurl := behindProxy(t, r.s.AMQP, harness.Listen)
+	gproxy, gurl := behindProxy(t, r.s.AMQP, harness.Listen)
 	r.gen = harness.NewGenerator(t, gurl, replyQueue)
 	r.gen.ConfirmTimeout = 5 * time.Second
 	p := harness.StartRuntime(t, binary, rurl, "--store", r.store, "--create-schema", "--claim-timeout", "5s", r.flow)

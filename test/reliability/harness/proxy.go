@@ -356,6 +356,9 @@ const (
 	basicNack      = 60<<16 | 120
 )
 
+// heartbeatFrame is an AMQP 0-9-1 heartbeat: type 8, channel 0, no payload.
+var heartbeatFrame = []byte{8, 0, 0, 0, 0, 0, 0, 0xCE}
+
 func (f *frames) loseConfirms() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -366,8 +369,9 @@ func (f *frames) loseConfirms() int {
 }
 
 // filter takes the next bytes from the broker and returns the whole frames
-// among them, with what came before, less the confirms being lost, and how
-// many it dropped; the end of a frame not yet whole waits for the next call.
+// among them, with what came before, less the confirms being lost (a
+// heartbeat instead when nothing else is left), and how many it dropped;
+// the end of a frame not yet whole waits for the next call.
 func (f *frames) filter(chunk []byte) ([]byte, int) {
 	f.pending = append(f.pending, chunk...)
 	out := make([]byte, 0, len(f.pending))
@@ -400,6 +404,12 @@ func (f *frames) filter(chunk []byte) ([]byte, int) {
 	}
 	if len(f.pending) > 0 {
 		f.pending = append([]byte(nil), f.pending...) // let the chunk's array go
+	}
+	if dropped > 0 && len(out) == 0 {
+		// A broker that sends no confirms sends heartbeats when it has
+		// nothing else to send; this one was busy sending the confirms
+		// dropped, so the client would hear nothing and time out.
+		out = append(out, heartbeatFrame...)
 	}
 	return out, dropped
 }
