@@ -33,7 +33,7 @@ const noConfirmLine = `msg="no confirm from the broker`
 // held long enough to be reported stalled.
 func TestChaosS5bConfirmsLost(t *testing.T) {
 	r := newRig(t, true)
-	proxy, through := behindProxy(t, r.s.AMQP, harness.ListenAMQP)
+	proxy, through := harness.Before(t, r.s.AMQP, harness.ListenAMQP)
 	p := harness.StartRuntime(t, binary, through, "--store", r.store, "--create-schema", "--claim-timeout", "5s", r.flow)
 	wait := publishInBackground(t, r, plain("s5b", load(20, 20000)))
 	if !r.replies.WaitCount(50, time.Minute) {

@@ -4,7 +4,6 @@ package reliability
 
 import (
 	"fmt"
-	"net/url"
 	"syscall"
 	"testing"
 	"time"
@@ -19,24 +18,6 @@ func notStar(t *testing.T) {
 	if testing.Short() {
 		t.Skip("not in the ★ subset: make chaos runs it")
 	}
-}
-
-// behindProxy puts a fault proxy, from listen (harness.Listen or
-// harness.ListenAMQP), in front of the broker of amqpURL, closed with the
-// test, and returns it with the URL to dial through it.
-func behindProxy(t *testing.T, amqpURL string, listen func(target string) (*harness.Proxy, error)) (*harness.Proxy, string) {
-	t.Helper()
-	u, err := url.Parse(amqpURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	px, err := listen(u.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { px.Close() })
-	u.Host = px.Addr()
-	return px, u.String()
 }
 
 // TestChaosS2Kill9WithoutIdempotency is S1 with idempotency off: nothing
@@ -74,7 +55,7 @@ func TestChaosS2Kill9WithoutIdempotency(t *testing.T) {
 func TestChaosS6SilentPartition(t *testing.T) {
 	notStar(t)
 	r := newRig(t, true)
-	proxy, through := behindProxy(t, r.s.AMQP, harness.Listen)
+	proxy, through := harness.Before(t, r.s.AMQP, harness.Listen)
 	p := harness.StartRuntime(t, binary, through, "--store", r.store, "--create-schema", "--claim-timeout", "5s", r.flow)
 	wait := publishInBackground(t, r, plain("s6", load(10, 6000)))
 	r.replies.WaitCount(50, time.Minute)

@@ -23,8 +23,8 @@ import (
 func TestChaosS7SlowNetwork(t *testing.T) {
 	shortIfNamed(t)
 	r := newRig(t, true)
-	rproxy, rurl := behindProxy(t, r.s.AMQP, harness.Listen)
-	gproxy, gurl := behindProxy(t, r.s.AMQP, harness.Listen)
+	rproxy, rurl := harness.Before(t, r.s.AMQP, harness.Listen)
+	gproxy, gurl := harness.Before(t, r.s.AMQP, harness.Listen)
 	r.gen = harness.NewGenerator(t, gurl, replyQueue)
 	r.gen.ConfirmTimeout = 5 * time.Second
 	p := harness.StartRuntime(t, binary, rurl, "--store", r.store, "--create-schema", "--claim-timeout", "5s", r.flow)

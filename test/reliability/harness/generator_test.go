@@ -1,7 +1,6 @@
 package harness
 
 import (
-	"net/url"
 	"os"
 	"testing"
 	"time"
@@ -16,17 +15,8 @@ func TestGeneratorOutcomes(t *testing.T) {
 	if raw == "" || testing.Short() {
 		t.Skipf("%s is unset or -short; run `make services` and set it to run the generator against the broker", AMQPEnv)
 	}
-	u, err := url.Parse(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy, err := Listen(u.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { proxy.Close() })
-	u.Host = proxy.Addr()
-	g := NewGenerator(t, u.String(), "")
+	proxy, through := Before(t, raw, Listen)
+	g := NewGenerator(t, through, "")
 	g.ConfirmTimeout = time.Second
 	q := "generator-test-" + Random(4)
 	if _, err := g.ch.QueueDeclare(q, false, true, false, false, nil); err != nil {

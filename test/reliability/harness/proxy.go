@@ -4,7 +4,9 @@ import (
 	"encoding/binary"
 	"math/rand/v2"
 	"net"
+	"net/url"
 	"sync"
+	"testing"
 	"time"
 )
 
@@ -76,6 +78,24 @@ func listen(target string, amqp bool) (*Proxy, error) {
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
+}
+
+// Before puts a proxy, from listen (Listen or ListenAMQP), in front of the
+// service of rawURL (amqp:// or postgres://), closed with the test, and
+// returns it with the URL to dial through it.
+func Before(t testing.TB, rawURL string, listen func(target string) (*Proxy, error)) (*Proxy, string) {
+	t.Helper()
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := listen(u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	u.Host = p.Addr()
+	return p, u.String()
 }
 
 // Addr is the proxy's address, host:port, for the client to dial.

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"net/url"
 	"os"
 	"syscall"
 	"testing"
@@ -263,17 +262,8 @@ func TestProxyLosesTheBrokersConfirms(t *testing.T) {
 	if raw == "" {
 		t.Skipf("%s is unset; run `make services` and set it to run the proxy against the broker", AMQPEnv)
 	}
-	u, err := url.Parse(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := ListenAMQP(u.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	u.Host = p.Addr()
-	conn, err := amqp.Dial(u.String())
+	p, through := Before(t, raw, ListenAMQP)
+	conn, err := amqp.Dial(through)
 	if err != nil {
 		t.Fatal(err)
 	}
