@@ -21,16 +21,15 @@ const noConfirmLine = `msg="no confirm from the broker`
 // disconnection (rabbitmq-server#14589: a quorum queue's client never
 // sends a lost message again, and the queue then takes that channel's
 // later publishes without enqueuing or confirming them). The fault proxy
-// between the runtime and the broker drops the basic.ack and basic.nack
-// frames of those channels until each is opened again; the messages still
-// reach their queues, which to the runtime is the same: publishes without
-// a confirm. The steps' outputs wait on their
-// confirms, so each consumer's prefetch fills with deliveries it holds and
-// cannot finish, the shape in which S5 once wedged for minutes. The
-// confirm deadline (30 s) must close the channels and open them again:
-// the deliveries whose output had no confirm are handled again
-// (at-least-once), work goes on, nothing is lost, and no consumer stays
-// held long enough to be reported stalled.
+// drops the basic.ack and basic.nack frames of those channels until each
+// is opened again; the messages still reach their queues, which to the
+// runtime is the same: publishes without a confirm. The steps' outputs
+// wait on their confirms, so each consumer's prefetch fills with
+// deliveries it holds and cannot finish, the shape in which S5 once wedged
+// for minutes. The confirm deadline (30 s) must close the channels and
+// open them again: the deliveries whose output had no confirm are handled
+// again (at-least-once), work goes on, nothing is lost, and no consumer
+// stays held long enough to be reported stalled.
 func TestChaosS5bConfirmsLost(t *testing.T) {
 	r := newRig(t, true)
 	proxy, through := harness.Before(t, r.s.AMQP, harness.ListenAMQP)
@@ -70,7 +69,7 @@ func TestChaosS5bConfirmsLost(t *testing.T) {
 		// would have recovered the work another way.
 		t.Errorf("the runtime lost %d connections during the fault (heartbeats must still pass); log:\n%s", n, harness.Tail(p.Log(), 30))
 	}
-	held := r.replies.Len() - seen
+	between := r.replies.Len() - seen // outputs published before the fault
 	if !r.replies.WaitCount(r.replies.Len()+50, time.Minute) {
 		t.Errorf("%d runs replied in the minute after the channels were opened again, want progress; log:\n%s", r.replies.Len()-seen, harness.Tail(p.Log(), 30))
 	}
@@ -83,5 +82,5 @@ func TestChaosS5bConfirmsLost(t *testing.T) {
 	harness.Record(t, harness.Row{Scenario: "S5b confirms lost (rabbitmq-server#14589)", Faults: fmt.Sprintf("the broker's confirms dropped on the runtime's %d open channels until each was opened again", taken), Verdict: v,
 		Recovery: fmt.Sprintf("channels closed and opened again %.1fs after the fault (confirm deadline 30s)", closed.Seconds()),
 		Notes: fmt.Sprintf("%d confirms dropped; %d runs replied between the fault and the channels' close (outputs published before it); publishing channels closed for a missing confirm: %d; /readyz not ready in %d of %d samples meanwhile",
-			lost, held, p.Count(noConfirmLine), unready, samples)})
+			lost, between, p.Count(noConfirmLine), unready, samples)})
 }
