@@ -2,84 +2,13 @@ package broker
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
-	"io"
-	"net"
-	"net/url"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/acemq/acemq-flow/test/reliability/harness"
 )
-
-// ackDropper is a TCP proxy to the broker that, while drop is set, drops
-// the basic.ack frames the broker sends (publisher confirms), as a broker
-// that lost a quorum queue's publishes across a node's disconnection never
-// sends them; everything else, heartbeats included, passes.
-type ackDropper struct {
-	ln      net.Listener
-	target  string
-	drop    atomic.Bool
-	dropped atomic.Int64
-	wg      sync.WaitGroup
-}
-
-func newAckDropper(t *testing.T, target string) *ackDropper {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := &ackDropper{ln: ln, target: target}
-	d.wg.Add(1)
-	go d.serve()
-	t.Cleanup(func() { ln.Close(); d.wg.Wait() })
-	return d
-}
-
-func (d *ackDropper) serve() {
-	defer d.wg.Done()
-	for {
-		c, err := d.ln.Accept()
-		if err != nil {
-			return
-		}
-		b, err := net.Dial("tcp", d.target)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		d.wg.Add(2)
-		go func() { defer d.wg.Done(); _, _ = io.Copy(b, c); b.Close() }()
-		go func() { defer d.wg.Done(); d.frames(c, b); c.Close() }()
-	}
-}
-
-// frames copies the broker's frames (type, channel, size, payload, end)
-// to the client, leaving out basic.ack (class 60, method 80) while drop is
-// set.
-func (d *ackDropper) frames(client, broker net.Conn) {
-	hdr := make([]byte, 7)
-	for {
-		if _, err := io.ReadFull(broker, hdr); err != nil {
-			return
-		}
-		size := binary.BigEndian.Uint32(hdr[3:])
-		rest := make([]byte, int(size)+1)
-		if _, err := io.ReadFull(broker, rest); err != nil {
-			return
-		}
-		if hdr[0] == 1 && size >= 4 && binary.BigEndian.Uint16(rest[0:]) == 60 && binary.BigEndian.Uint16(rest[2:]) == 80 && d.drop.Load() {
-			d.dropped.Add(1)
-			continue
-		}
-		if _, err := client.Write(append(hdr[:7:7], rest...)); err != nil {
-			return
-		}
-	}
-}
 
 // A publish whose confirm never comes fails as indeterminate once it has
 // waited ConfirmTimeout, on a channel the publisher closes and reopens,
@@ -88,15 +17,13 @@ func (d *ackDropper) frames(client, broker net.Conn) {
 func TestPublishWithoutAConfirmFailsAfterConfirmTimeout(t *testing.T) {
 	e := newEnv(t)
 	q := e.queue("stall", "quorum")
-	u, err := url.Parse(e.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := newAckDropper(t, u.Host)
-	u.Host = proxy.ln.Addr().String()
+	// The proxy drops the broker's basic.ack frames of the channels open
+	// when told, as a broker that lost a quorum queue's publishes across a
+	// node's disconnection never sends them, until each is opened again.
+	proxy, through := harness.Before(t, e.url, harness.ListenAMQP)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	conn, err := Open(ctx, u.String(), ConnOptions{Name: e.ns + "-stall", Log: e.log, BackoffMin: 50 * time.Millisecond, BackoffMax: time.Second})
+	conn, err := Open(ctx, through, ConnOptions{Name: e.ns + "-stall", Log: e.log, BackoffMin: 50 * time.Millisecond, BackoffMax: time.Second})
 	if err != nil {
 		t.Fatalf("Open through the proxy: %v", err)
 	}
@@ -107,7 +34,9 @@ func TestPublishWithoutAConfirmFailsAfterConfirmTimeout(t *testing.T) {
 	}
 	t.Cleanup(func() { pub.Close() })
 
-	proxy.drop.Store(true)
+	if proxy.LoseConfirms() == 0 {
+		t.Fatal("the proxy saw no channel open to take the confirms of")
+	}
 	pd, err := pub.PublishAsync(t.Context(), msg(q, "unconfirmed", []byte(`1`)))
 	if err != nil {
 		t.Fatalf("PublishAsync: %v", err)
@@ -121,7 +50,7 @@ func TestPublishWithoutAConfirmFailsAfterConfirmTimeout(t *testing.T) {
 	if err := pd.Err(); !errors.As(err, &ind) || ind.MessageID != "unconfirmed" {
 		t.Fatalf("the publish whose confirm was dropped: error %v, want an *IndeterminateError for message unconfirmed", err)
 	}
-	if proxy.dropped.Load() == 0 {
+	if proxy.ConfirmsLost() == 0 {
 		t.Fatal("the proxy dropped no basic.ack: the publish did not wait for a confirm that never came")
 	}
 	if st := pub.Stats(); st.Stalls != 1 {
@@ -131,7 +60,6 @@ func TestPublishWithoutAConfirmFailsAfterConfirmTimeout(t *testing.T) {
 		t.Errorf("the log does not say why the channel was closed:\n%s", e.logs.String())
 	}
 
-	proxy.drop.Store(false)
 	pctx, pcancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer pcancel()
 	if err := pub.Publish(pctx, msg(q, "confirmed", []byte(`2`))); err != nil {
